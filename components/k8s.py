@@ -1,0 +1,125 @@
+"""Pure builders of the Kubernetes fragments every component repeats.
+
+They return camelCase dicts, exactly as the objects appear in rendered manifests, so components
+pass them straight to pulumi-kubernetes and tests compare them without translation.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from components.model import ConfigModel
+
+PART_OF = "cloudstation"
+
+
+class Resources(ConfigModel):
+    """Requests and limits of one container."""
+
+    cpu_request: str = "100m"
+    memory_request: str = "128Mi"
+    cpu_limit: str = "500m"
+    memory_limit: str = "512Mi"
+
+    def spec(self) -> dict:
+        return {
+            "requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+            "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit},
+        }
+
+
+class Storage(ConfigModel):
+    """A persistent volume claim's size and class."""
+
+    size: str = Field(default="10Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$")
+    storage_class: Optional[str] = None
+    """StorageClass name; unset uses the cluster's default class."""
+
+
+def labels(name: str, component: str, instance: Optional[str] = None) -> dict[str, str]:
+    """Recommended labels (app.kubernetes.io/*); `selector_labels` is the stable subset."""
+    return {
+        **selector_labels(name, instance),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def selector_labels(name: str, instance: Optional[str] = None) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": instance or name}
+
+
+def metadata(name: str, namespace: Optional[str], component: str, **extra) -> dict:
+    meta = {"name": name, "labels": labels(name, component)}
+    if namespace:
+        meta["namespace"] = namespace
+    meta.update(extra)
+    return meta
+
+
+def container_security(read_only_root: bool = True, run_as_user: Optional[int] = None) -> dict:
+    """A container securityContext that meets the "restricted" Pod Security Standard."""
+    context = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only_root,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if run_as_user is not None:
+        context["runAsUser"] = run_as_user
+    return context
+
+
+def pod_security(run_as_user: int, run_as_group: Optional[int] = None, fs_group: Optional[int] = None) -> dict:
+    """A pod securityContext for the "restricted" Pod Security Standard."""
+    context = {
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_group if run_as_group is not None else run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if fs_group is not None:
+        context["fsGroup"] = fs_group
+    return context
+
+
+def http_probe(path: str, port: str | int, initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "initialDelaySeconds": initial_delay,
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def tcp_probe(port: str | int, initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
+    return {
+        "tcpSocket": {"port": port},
+        "initialDelaySeconds": initial_delay,
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def exec_probe(command: list[str], initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
+    return {
+        "exec": {"command": command},
+        "initialDelaySeconds": initial_delay,
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def secret_env(name: str, secret: str, key: str) -> dict:
+    """An environment variable read from a Secret key (never a literal value)."""
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def service_dns(name: str, namespace: str) -> str:
+    return f"{name}.{namespace}.svc.cluster.local"

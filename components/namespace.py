@@ -1,0 +1,44 @@
+"""A namespace created by the platform, labelled for Pod Security admission."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s import PART_OF
+from components.model import ConfigModel, DnsLabel
+
+
+class NamespaceArgs(ConfigModel):
+    name: DnsLabel
+    pod_security: Literal["restricted", "baseline"] = "restricted"
+    """Pod Security Standard enforced by admission; violations of "restricted" are always warned."""
+    labels: dict[str, str] = {}
+
+
+def namespace_metadata(args: NamespaceArgs) -> dict:
+    return {
+        "name": args.name,
+        "labels": {
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/managed-by": "pulumi",
+            "pod-security.kubernetes.io/enforce": args.pod_security,
+            "pod-security.kubernetes.io/warn": "restricted",
+            "pod-security.kubernetes.io/audit": "restricted",
+            **args.labels,
+        },
+    }
+
+
+class Namespace(pulumi.ComponentResource):
+    """Outputs: `name` (the namespace's name, resolved once it exists)."""
+
+    def __init__(self, name: str, args: NamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:platform:Namespace", name, None, opts)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata=namespace_metadata(args), opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.resource = namespace
+        self.name: pulumi.Output[str] = namespace.metadata.name
+        self.register_outputs({"name": self.name})

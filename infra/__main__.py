@@ -1,0 +1,20 @@
+"""Two entry points in one file, as Pulumi.yaml's `main: infra/` and `python -m infra` both need:
+
+- run by the Pulumi engine (a resource monitor is configured): the Pulumi program;
+- run from a shell: the command line (`python -m infra render|promote|rollback ...`).
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so `components` and `infra` import
+
+import pulumi.runtime.settings  # noqa: E402
+
+if pulumi.runtime.settings.get_monitor() is not None:
+    from infra.program import main
+
+    main()
+elif __name__ == "__main__":
+    from infra.cli import main as cli
+
+    sys.exit(cli())

@@ -1,0 +1,4 @@
+"""The areas of the platform, deployed in this order by `infra.program.main`."""
+from infra import cloudstation
+
+AREAS = [cloudstation.deploy]

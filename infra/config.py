@@ -1,0 +1,303 @@
+"""The stack config: one pydantic model of everything a stack file may say.
+
+A stack file holds these Pulumi config keys (namespace `cloudstation:`):
+
+    environment   test | prod                     what this stack is (test builds, prod promotes)
+    kubernetes    KubernetesConfig                 which cluster, and optional YAML rendering
+    platform      PlatformConfig                   cluster-level services (registry, CloudState, Armada)
+    projects      list[ProjectConfig]              CloudStation projects and their entities
+
+Secrets are separate `secure:` keys listed in SECRET_KEYS and read with `require_secret`; they
+never pass through this model. `load()` validates everything before the program registers a
+resource and raises ConfigError with one line per problem: `key.path: bad value — what is allowed`.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem
+
+PROJECT = "cloudstation"
+"""The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
+
+DIGEST_REF = re.compile(
+    r"^(?P<repository>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+)"
+    r"(:(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$"
+)
+"""An image reference pinned by digest: `host[:port]/path[:tag]@sha256:<64 hex>`."""
+
+SECRET_KEYS: dict[str, str] = {}
+"""`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
+
+
+class Environment(str, Enum):
+    TEST = "test"
+    PROD = "prod"
+
+
+class EntityKind(str, Enum):
+    EVENT_SOURCED = "event-sourced"
+    REPLICATED = "replicated"
+    ACTION = "action"
+
+    @property
+    def needs_store(self) -> bool:
+        return self is EntityKind.EVENT_SOURCED
+
+
+class Language(str, Enum):
+    """CloudState user-function languages. Entities in languages without a generated Dockerfile
+    (see components/entity_image.py) must bring their own Dockerfile."""
+
+    JAVASCRIPT = "javascript"
+    JAVA = "java"
+    GO = "go"
+    PYTHON = "python"
+    DART = "dart"
+    SCALA = "scala"
+    KOTLIN = "kotlin"
+    CSHARP = "csharp"
+    RUST = "rust"
+
+
+class EntityConfig(ConfigModel):
+    """One CloudState entity: built into one image and deployed as one StatefulService."""
+
+    name: ShortDnsLabel
+    """Entity name, unique in its project; the StatefulService is `<project>-<name>`."""
+    kind: EntityKind
+    """`event-sourced` (needs the project's store), `replicated` (CRDT) or `action` (stateless)."""
+    language: Language
+    """The CloudState SDK language of its source."""
+    source: str
+    """Directory of the entity's source, relative to the directory of Pulumi.yaml."""
+    image: Optional[str] = None
+    """Digest-pinned image (`repo[:tag]@sha256:…`). Required in prod, where it is written by
+    `python -m infra promote`; in test, when set, it is deployed instead of building `source`."""
+    replicas: int = Field(default=1, ge=1, le=100)
+    """Replicas of the entity's StatefulService."""
+
+    @field_validator("image")
+    @classmethod
+    def _digest_pinned(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not DIGEST_REF.match(value):
+            raise problem("must be pinned by digest: <registry>/<repository>[:tag]@sha256:<64 hex digits>")
+        return value
+
+    @model_validator(mode="after")
+    def _per_environment(self, info: ValidationInfo) -> "EntityConfig":
+        context = info.context or {}
+        if context.get("environment") == Environment.PROD and self.image is None:
+            raise problem(
+                "a prod entity needs a digest-pinned image; promote one from test with "
+                "`python -m infra promote --from test --to prod`",
+                subpath=".image",
+                value=None,
+            )
+        root = context.get("root")
+        if context.get("environment") == Environment.TEST and self.image is None and root is not None:
+            if not (Path(root) / self.source).is_dir():
+                raise problem(
+                    f"directory not found (paths are relative to {root})", subpath=".source", value=self.source
+                )
+        return self
+
+
+class ProjectConfig(ConfigModel):
+    """A CloudStation project: one namespace per environment (`<name>-<environment>`)."""
+
+    name: ShortDnsLabel
+    """Project id; also the prefix of its namespaces, images and Armada queue."""
+    store: Literal["postgres", "cassandra"] = "postgres"
+    """The store of its event-sourced entities (the platform's `stores` section says how it runs)."""
+    entities: list[EntityConfig] = Field(min_length=1)
+    """The project's entities."""
+
+    @field_validator("entities")
+    @classmethod
+    def _unique_names(cls, entities: list[EntityConfig]) -> list[EntityConfig]:
+        seen: set[str] = set()
+        for index, entity in enumerate(entities):
+            if entity.name in seen:
+                raise problem("entity names must be unique within a project", f"[{index}].name", entity.name)
+            seen.add(entity.name)
+        return entities
+
+
+class KubernetesConfig(ConfigModel):
+    """The Kubernetes provider of this stack."""
+
+    context: Optional[str] = None
+    """kubeconfig context to deploy to; unset means the current context."""
+    render_yaml_to_directory: Optional[str] = None
+    """With the Pulumi CLI: write manifests to this directory instead of applying them
+    (pulumi-kubernetes `renderYamlToDirectory`; Secrets are written in plain text there)."""
+
+
+class PlatformConfig(ConfigModel):
+    """Cluster-level services shared by all projects of the stack."""
+
+    namespace: DnsLabel = "cloudstation"
+    """Namespace of the platform's own services."""
+    image_mirror: Optional[str] = None
+    """Registry path that mirrors the pinned third-party images (e.g. `mirror.example:5000/hub`)."""
+
+
+class StackConfig(ConfigModel):
+    """Everything one stack file configures."""
+
+    environment: Environment
+    """`test` builds entity images from source; `prod` deploys promoted, digest-pinned images only."""
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    platform: PlatformConfig = PlatformConfig()
+    projects: list[ProjectConfig] = Field(min_length=1)
+
+    @field_validator("projects")
+    @classmethod
+    def _unique_projects(cls, projects: list[ProjectConfig]) -> list[ProjectConfig]:
+        seen: set[str] = set()
+        for index, project in enumerate(projects):
+            if project.name in seen:
+                raise problem("project names must be unique", f"[{index}].name", project.name)
+            seen.add(project.name)
+        return projects
+
+
+# --- loading and error reporting -------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A stack config with problems; str() is the message shown to the user."""
+
+    def __init__(self, problems: list[str], source: str = "stack config"):
+        self.problems = problems
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(f"{source} has {len(problems)} {noun}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def parse_value(raw: Any) -> Any:
+    """Pulumi passes structured config as JSON strings and plain values as strings."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "stack config") -> StackConfig:
+    """Validate the `cloudstation:` keys of a stack's config (full key -> raw value).
+
+    `root` is the directory of Pulumi.yaml; when given, entity source directories must exist.
+    Keys of other namespaces (provider settings such as `kubernetes:context`) are left alone.
+    """
+    problems: list[str] = []
+    data: dict[str, Any] = {}
+    fields = {info.alias or name for name, info in StackConfig.model_fields.items()}
+    for key, value in raw.items():
+        namespace, _, name = key.partition(":")
+        if namespace != PROJECT or name in SECRET_KEYS:
+            continue
+        if name in fields:
+            data[name] = parse_value(value)
+        else:
+            problems.append(f"{key}: unknown key — {_allowed_keys(StackConfig, name, extra=sorted(SECRET_KEYS))}")
+    environment = data.get("environment")
+    context = {"environment": environment if environment in ("test", "prod") else None, "root": root}
+    if context["environment"]:
+        context["environment"] = Environment(environment)
+    try:
+        config = StackConfig.model_validate(data, context=context)
+    except ValidationError as error:
+        problems.extend(_describe(e) for e in error.errors())
+        config = None
+    if problems:
+        raise ConfigError(problems, source)
+    return config
+
+
+def _describe(error: dict) -> str:
+    """One pydantic error as `key.path: bad value — what is allowed`."""
+    loc = list(error["loc"])
+    ctx = error.get("ctx") or {}
+    path = _path(loc) + ctx.get("subpath", "")
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown key — {_allowed_keys(_model_at(StackConfig, loc[:-1]), str(loc[-1]))}"
+    if kind == "missing":
+        return f"{path}: missing — this key is required"
+    value = ctx["value"] if ctx.get("subpath") else error.get("input")
+    if kind == "cloudstation":
+        allowed = ctx["allowed"]
+    elif kind in ("enum", "literal_error"):
+        allowed = "must be one of " + str(ctx.get("expected"))
+    else:
+        allowed = error["msg"][:1].lower() + error["msg"][1:]
+    return f"{path}: {_show(value)} — {allowed}"
+
+
+def _path(loc: list) -> str:
+    out = f"{PROJECT}:"
+    for index, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if index else "") + str(part)
+    return out
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _allowed_keys(model: Optional[type[BaseModel]], bad: str, extra: list[str] = ()) -> str:
+    if model is None:
+        return "not allowed here"
+    keys = [info.alias or name for name, info in model.model_fields.items()] + list(extra)
+    hint = difflib.get_close_matches(bad, keys, n=1)
+    return "allowed keys: " + ", ".join(keys) + (f" (did you mean '{hint[0]}'?)" if hint else "")
+
+
+def _model_at(model: type[BaseModel], loc: list) -> Optional[type[BaseModel]]:
+    """The model class at a validation location (camelCase keys, list indexes)."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(part, int) or (typing.get_origin(current) in (list, dict)):
+            args = typing.get_args(current)
+            current = args[-1] if args else None
+            if isinstance(part, int) or typing.get_origin(_unwrap(current)) is not None:
+                continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            by_alias = {info.alias or name: info for name, info in current.model_fields.items()}
+            info = by_alias.get(part) or current.model_fields.get(part)
+            current = info.annotation if info else None
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional[...] and Annotated[...] from a field annotation."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                return annotation
+            annotation = members[0]
+        else:
+            return annotation

@@ -1,0 +1,132 @@
+"""Pulumi mocks that stand in for the engine and providers, for `render` and the tests.
+
+The mock echoes every resource's inputs as its state and adds the outputs that providers would
+compute and the program reads (image digests, generated passwords): an output the program reads
+but the mock does not return silently disappears from dependent inputs (reference pulumi.md §4.1).
+Values are deterministic, so two renders of the same config are byte-identical.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor
+
+SECRET_SIG = {rpc._special_sig_key: rpc._special_secret_sig}
+
+
+def as_secret(value: Any) -> dict:
+    """The wire form of a secret value, so that `is_secret()` holds under mocks as in a real run."""
+    return {**SECRET_SIG, "value": value}
+
+
+def is_wrapped_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def fake_digest(*parts: str) -> str:
+    return "sha256:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _docker_image(inputs: dict) -> dict:
+    name = inputs.get("imageName", "")
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    return {"repoDigest": f"{repository}@{fake_digest(name, str(inputs.get('build')))}"}
+
+
+def _docker_build_image(inputs: dict) -> dict:
+    tags = inputs.get("tags") or [""]
+    digest = fake_digest(*tags, str(inputs.get("context")))
+    return {"digest": digest, "ref": f"{tags[0]}@{digest}"}
+
+
+def _random_password(name: str) -> Callable[[dict], dict]:
+    def outputs(inputs: dict) -> dict:
+        length = int(inputs.get("length", 24))
+        result = hashlib.sha256(f"password:{name}".encode()).hexdigest()[:length]
+        bcrypt_hash = "$2y$10$" + hashlib.sha256(f"bcrypt:{name}".encode()).hexdigest()[:53]
+        return {"result": as_secret(result), "bcryptHash": as_secret(bcrypt_hash)}
+
+    return outputs
+
+
+def _random_id(name: str) -> Callable[[dict], dict]:
+    def outputs(inputs: dict) -> dict:
+        hex_ = hashlib.sha256(f"id:{name}".encode()).hexdigest()[: 2 * int(inputs.get("byteLength", 8))]
+        return {"hex": hex_, "b64Std": hex_, "b64Url": hex_, "dec": str(int(hex_, 16))}
+
+    return outputs
+
+
+@dataclass
+class Registration:
+    """One registered resource as the program asked for it."""
+
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    provider: str
+    dependencies: list[str]
+    inputs: dict
+
+
+@dataclass
+class ProgramMocks(pulumi.runtime.Mocks):
+    """Deterministic fakes for provider-computed outputs; records every registration."""
+
+    registrations: list[Registration] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[Optional[str], dict]:
+        state = dict(args.inputs)
+        if args.typ == "docker:index/image:Image":
+            state.update(_docker_image(args.inputs))
+        elif args.typ == "docker-build:index:Image":
+            state.update(_docker_build_image(args.inputs))
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            state.update(_random_password(args.name)(args.inputs))
+        elif args.typ == "random:index/randomId:RandomId":
+            state.update(_random_id(args.name)(args.inputs))
+        elif args.typ == "pulumi:pulumi:StackReference":
+            state["outputs"] = {}
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        if args.token == "kubernetes:yaml:decode":
+            return {"result": [d for d in yaml.safe_load_all(args.args["text"]) if d]}
+        if args.token == "docker:index/getRegistryImage:getRegistryImage":
+            return {"name": args.args["name"], "sha256Digest": fake_digest(args.args["name"])}
+        return {}
+
+
+class RecordingMonitor(MockMonitor):
+    """A MockMonitor that also keeps what the engine would know: parent, provider, dependencies."""
+
+    def __init__(self, mocks: ProgramMocks):
+        super().__init__(mocks)
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = rpc.deserialize_properties(request.object, keep_unknowns=True)
+            registration = Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                custom=bool(request.custom),
+                parent=request.parent,
+                provider=request.provider,
+                dependencies=list(request.dependencies),
+                inputs=inputs,
+            )
+            with self._lock:
+                self.mocks.registrations.append(registration)
+        return response

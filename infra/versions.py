@@ -1,0 +1,54 @@
+"""Every version and image this project deploys, in one place.
+
+Third-party images are pinned to exact upstream tags (never `latest`). Images of CloudStation
+entities are pinned by digest in prod (see `infra/config.py`); the platform's own images below are
+pinned by exact version, and can be mirrored with `platform.imageMirror`.
+"""
+from __future__ import annotations
+
+# Armada: every service uses the same version (reference: armada/NOTES.md §0; tags have no "v").
+ARMADA = "0.22.7"
+
+# CloudState: the last release (v0.6.0, 2021-01-27) of the Scala operator, which is what the
+# project published as images; its proxies follow the same version (cloudstate/NOTES.md §1, §2.1).
+CLOUDSTATE = "0.6.0"
+
+IMAGES: dict[str, str] = {
+    # CNCF distribution registry (the "registry" image on Docker Hub).
+    "registry": "docker.io/library/registry:2.8.3",
+    # CloudState operator and its proxies (v0.6.0 folded no-store/in-memory into proxy-core).
+    "cloudstate-operator": f"docker.io/cloudstateio/cloudstate-operator:{CLOUDSTATE}",
+    "cloudstate-proxy-core": f"docker.io/cloudstateio/cloudstate-proxy-core:{CLOUDSTATE}",
+    "cloudstate-proxy-postgres": f"docker.io/cloudstateio/cloudstate-proxy-postgres:{CLOUDSTATE}",
+    "cloudstate-proxy-cassandra": f"docker.io/cloudstateio/cloudstate-proxy-cassandra:{CLOUDSTATE}",
+    # Stores and Armada's dependencies.
+    "postgres": "docker.io/library/postgres:16.6-alpine3.21",
+    "cassandra": "docker.io/library/cassandra:4.1.7",
+    "redis": "docker.io/library/redis:7.4.1-alpine3.20",
+    "pulsar": "docker.io/apachepulsar/pulsar:4.1.0",
+    # Armada services.
+    "armada-server": f"docker.io/gresearch/armada-server:{ARMADA}",
+    "armada-scheduler": f"docker.io/gresearch/armada-scheduler:{ARMADA}",
+    "armada-scheduler-ingester": f"docker.io/gresearch/armada-scheduler-ingester:{ARMADA}",
+    "armada-executor": f"docker.io/gresearch/armada-executor:{ARMADA}",
+    "armada-lookout": f"docker.io/gresearch/armada-lookout:{ARMADA}",
+    "armada-lookout-ingester": f"docker.io/gresearch/armada-lookout-ingester:{ARMADA}",
+    "armada-event-ingester": f"docker.io/gresearch/armada-event-ingester:{ARMADA}",
+    "armada-binoculars": f"docker.io/gresearch/armada-binoculars:{ARMADA}",
+    # Base images of the Dockerfiles generated for entities without their own Dockerfile.
+    "node": "docker.io/library/node:20.18.1-alpine3.20",
+    "maven": "docker.io/library/maven:3.9.9-eclipse-temurin-17",
+    "java-runtime": "docker.io/library/eclipse-temurin:17.0.13_11-jre-alpine",
+}
+
+
+def image(name: str, mirror: str | None = None) -> str:
+    """The pinned reference of a platform image, optionally rewritten to a mirror registry.
+
+    With a mirror `registry.example:5000/mirror`, `docker.io/library/redis:7.4.1-alpine3.20`
+    becomes `registry.example:5000/mirror/library/redis:7.4.1-alpine3.20`.
+    """
+    ref = IMAGES[name]
+    if mirror:
+        ref = mirror.rstrip("/") + "/" + ref.split("/", 1)[1]
+    return ref

@@ -1,0 +1,65 @@
+"""Shared fixtures: the real program rendered per stack file under mocks, and a mock harness
+for testing one component alone. Both use a fresh MockMonitor per run and preview=False."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pulumi
+import pulumi.runtime.settings
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from infra import render as render_module  # noqa: E402
+from infra.config import PROJECT  # noqa: E402
+from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
+
+STACKS = ["test", "prod"]
+
+
+@pytest.fixture(scope="session")
+def rendered_stacks() -> dict[str, render_module.Rendered]:
+    """Each stack file in the repo, run through infra/__main__.py once per test session."""
+    return {stack: render_module.render(stack) for stack in STACKS}
+
+
+@pytest.fixture(params=STACKS)
+def rendered(request, rendered_stacks) -> render_module.Rendered:
+    """Parametrises a test over both stack files."""
+    return rendered_stacks[request.param]
+
+
+@pytest.fixture
+def mocked() -> Iterator[ProgramMocks]:
+    """Mocks for building components directly inside a `@pulumi.runtime.test` function;
+    `mocked.registrations` holds what they registered."""
+    mocks = ProgramMocks()
+    pulumi.runtime.settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="unit", preview=False, monitor=RecordingMonitor(mocks))
+    yield mocks
+
+
+def objects(rendered: render_module.Rendered, kind: Optional[str] = None) -> list[dict]:
+    return [o for o in rendered.manifests() if kind is None or o["kind"] == kind]
+
+
+def find(rendered: render_module.Rendered, kind: str, name: str, namespace: Optional[str] = None) -> dict:
+    matches = [
+        o
+        for o in objects(rendered, kind)
+        if o["metadata"].get("name") == name and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
+    assert len(matches) == 1, f"expected one {kind} {namespace}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+def pod_spec(obj: dict) -> dict:
+    """The pod spec inside a workload object (Deployment, StatefulSet, Job, CronJob, Pod)."""
+    if obj["kind"] == "Pod":
+        return obj["spec"]
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return obj["spec"]["template"]["spec"]
