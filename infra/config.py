@@ -133,6 +133,15 @@ class ProjectConfig(ConfigModel):
         return entities
 
 
+class ProjectStateConfig(EntityConfig):
+    """CloudStation's own Project entity (entities/project-state), in the platform namespace."""
+
+    name: ShortDnsLabel = "project-state"
+    kind: EntityKind = EntityKind.EVENT_SOURCED
+    language: Language = Language.JAVASCRIPT
+    source: str = "entities/project-state"
+
+
 class KubernetesConfig(ConfigModel):
     """The Kubernetes provider of this stack."""
 
@@ -150,6 +159,12 @@ class PlatformConfig(ConfigModel):
     """Namespace of the platform's own services."""
     image_mirror: Optional[str] = None
     """Registry path that mirrors the pinned third-party images (e.g. `mirror.example:5000/hub`)."""
+    owns_cluster_resources: bool = True
+    """Whether this stack owns the cluster-scoped objects (CRDs, ClusterRoles, PriorityClasses,
+    the CloudState operator). When test and prod share one cluster, exactly one stack sets true;
+    the other sets false and reuses them."""
+    project_state: ProjectStateConfig = Field(default={}, validate_default=True)
+    """CloudStation's own event-sourced Project entity, built and promoted like any entity."""
 
 
 class StackConfig(ConfigModel):
@@ -250,12 +265,16 @@ def _path(loc: list) -> str:
     for index, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += ("." if index else "") + str(part)
+            continue
+        model = _model_at(StackConfig, loc[:index])
+        info = model.model_fields.get(part) if model else None
+        out += ("." if index else "") + ((info.alias or part) if info else str(part))
     return out
 
 
 def _show(value: Any) -> str:
+    if value is None:
+        return "(not set)"
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
