@@ -1,0 +1,131 @@
+"""`python -m infra render`: the real program per stack file, offline, written as reviewable files."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from infra import render
+from infra.mocks import ProgramMocks
+from infra.render import ROOT, KIND_ORDER, StackFile
+
+
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "infra", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_render_command_writes_manifests_resources_and_outputs(tmp_path, rendered_stacks):
+    result = run_cli("render", "--stack", "test", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    manifests = [d for d in yaml.safe_load_all((tmp_path / "manifests.yaml").read_text()) if d]
+    resources = json.loads((tmp_path / "resources.json").read_text())
+    outputs = json.loads((tmp_path / "outputs.json").read_text())
+    expected = rendered_stacks["test"]
+    assert manifests == expected.manifests()
+    assert len(resources) == len(expected.registrations)
+    assert outputs == expected.outputs
+    for obj in manifests:
+        assert {"apiVersion", "kind", "metadata"} <= set(obj)
+        assert list(obj)[:3] == ["apiVersion", "kind", "metadata"]
+
+
+def test_render_is_deterministic(rendered_stacks, tmp_path):
+    again = render.render("test")
+    render.write(rendered_stacks["test"], tmp_path / "a")
+    render.write(again, tmp_path / "b")
+    for name in ("manifests.yaml", "resources.json", "outputs.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_manifests_are_in_apply_order(rendered):
+    ranks = [render.apply_order(o)[0] for o in rendered.manifests()]
+    assert ranks == sorted(ranks)
+    kinds = [o["kind"] for o in rendered.manifests()]
+    assert kinds[0] == "Namespace"
+    custom = [i for i, o in enumerate(rendered.manifests()) if o["kind"] not in KIND_ORDER]
+    definitions = [i for i, k in enumerate(kinds) if k == "CustomResourceDefinition"]
+    assert not custom or not definitions or max(definitions) < min(custom)
+
+
+def test_resources_json_lists_every_registration_with_parent_and_inputs(rendered):
+    resources = rendered.resources()
+    urns = {r["urn"] for r in resources}
+    assert len(urns) == len(resources)
+    components = {r["urn"] for r in resources if not r["custom"]}
+    for resource in resources:
+        assert resource["type"] and resource["name"]
+        assert isinstance(resource["inputs"], dict)
+        assert resource["parent"] in components or is_stack(resource["parent"]), resource["urn"]
+
+
+def is_stack(urn: str) -> bool:
+    return urn.split("::")[2] == "pulumi:pulumi:Stack"
+
+
+def test_no_secret_value_is_written(rendered_stacks, tmp_path):
+    """Generated passwords and `secure:` values appear nowhere in what render writes."""
+    for stack, rendered in rendered_stacks.items():
+        render.write(rendered, tmp_path / stack)
+        text = "".join((tmp_path / stack / f).read_text() for f in ("manifests.yaml", "resources.json", "outputs.json"))
+        assert "fake-secret-for-" not in text
+        for registration in rendered.of_type("random:index/randomPassword:RandomPassword"):
+            state = ProgramMocks().new_resource(_args(registration))[1]
+            assert state["result"]["value"] not in text
+            assert state["bcryptHash"]["value"] not in text
+
+
+def _args(registration):
+    from pulumi.runtime import MockResourceArgs
+
+    return MockResourceArgs(registration.type, registration.name, registration.inputs)
+
+
+def test_kubernetes_provider_is_explicit_and_used_by_every_object(rendered):
+    [provider] = rendered.of_type("pulumi:providers:kubernetes")
+    assert provider.inputs["enableServerSideApply"] == "true"
+    provider_ref = f"{provider.urn}::{provider.name}-id"
+    objects = [r for r in rendered.registrations if r.custom and r.type.startswith("kubernetes:")]
+    assert objects
+    assert {r.provider for r in objects} == {provider_ref}
+
+
+def test_render_yaml_to_directory_and_context_reach_the_provider():
+    stack_file = StackFile.read("test")
+    stack_file.values["cloudstation:kubernetes"] = json.dumps(
+        {"context": "kind-cloudstation", "renderYamlToDirectory": "rendered/test"}
+    )
+    rendered = render.render("test", stack_file=stack_file)
+    [provider] = rendered.of_type("pulumi:providers:kubernetes")
+    assert provider.inputs["renderYamlToDirectory"] == "rendered/test"
+    assert provider.inputs["context"] == "kind-cloudstation"
+
+
+def test_bad_config_exits_non_zero_with_the_message_and_writes_nothing(tmp_path):
+    project = tmp_path / "project"
+    for part in ("infra", "components", "entities"):
+        shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
+    shutil.copy(ROOT / "Pulumi.yaml", project)
+    document = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())
+    document["config"]["cloudstation:projects"][0]["entities"][0]["kind"] = "evented"
+    document["config"]["cloudstation:platform"]["namespcae"] = "x"
+    (project / "Pulumi.broken.yaml").write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    result = run_cli("render", "--stack", "broken", "--out", str(out), cwd=project)
+    assert result.returncode == 2
+    assert "Pulumi.broken.yaml has 2 problems" in result.stderr
+    assert "cloudstation:projects[0].entities[0].kind: 'evented' — must be one of" in result.stderr
+    assert "cloudstation:platform.namespcae: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_unknown_stack_is_a_clear_error(tmp_path):
+    result = run_cli("render", "--stack", "staging", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "no stack file Pulumi.staging.yaml" in result.stderr

@@ -1,0 +1,65 @@
+"""The team's standards, checked on every object both stack files render."""
+from __future__ import annotations
+
+import pytest
+
+from infra import checks, validate
+from tests.conftest import objects
+
+CHECKS = [
+    checks.restricted_violations,
+    checks.resource_violations,
+    checks.image_violations,
+    checks.secret_env_violations,
+]
+
+
+def test_every_object_validates_against_the_official_schemas_and_its_crd(rendered):
+    problems = validate.validate_all(rendered.manifests())
+    assert problems == []
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_every_workload_meets_the_standard(rendered, check):
+    problems = [p for name, spec in checks.workloads(rendered.manifests()) for p in check(name, spec)]
+    assert problems == []
+
+
+def test_every_object_is_named_explicitly(rendered):
+    assert [o for o in rendered.manifests() if not o["metadata"].get("name")] == []
+
+
+def test_secrets_stay_out_of_configmaps(rendered):
+    """ConfigMaps hold no redacted (secret-derived) values and no password-looking keys."""
+    for config_map in objects(rendered, "ConfigMap"):
+        for key, value in (config_map.get("data") or {}).items():
+            assert "[secret]" not in value, f"{config_map['metadata']['name']}/{key}"
+            assert not checks.SECRET_ENV_NAME.search(key), f"{config_map['metadata']['name']}/{key}"
+
+
+def test_every_child_is_parented_and_named_from_its_component(rendered):
+    components = {r.urn: r for r in rendered.registrations if not r.custom}
+    for registration in rendered.registrations:
+        if registration.type.startswith("pulumi:providers:") or not registration.custom:
+            continue  # providers and top-level components sit at the stack's root
+        parent = components.get(registration.parent)
+        assert parent is not None, f"{registration.urn} is not inside a component"
+        assert registration.name.startswith(parent.name), f"{registration.name} not named from {parent.name}"
+
+
+def test_component_type_tokens_follow_the_convention(rendered):
+    for registration in rendered.registrations:
+        if not registration.custom:
+            package, module, kind = registration.type.split(":")
+            assert package == "cloudstation" and module and kind[0].isupper(), registration.type
+
+
+def test_the_checks_catch_bad_workloads():
+    bad = {"containers": [{"name": "app", "image": "nginx:latest", "env": [{"name": "DB_PASSWORD", "value": "x"}]}],
+           "hostNetwork": True, "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}
+    found = [p for check in CHECKS for p in check("Deployment x/bad", bad)]
+    for fragment in ("hostNetwork", "hostPath", "allowPrivilegeEscalation", "drop ALL", "runAsNonRoot", "seccompProfile",
+                     "readOnlyRootFilesystem", "no cpu request", "uses latest", "DB_PASSWORD is a literal"):
+        assert any(fragment in p for p in found), fragment
+    untagged = {"containers": [{"name": "app", "image": "docker.io/library/nginx"}]}
+    assert checks.image_violations("x", untagged)
