@@ -118,10 +118,20 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+def redact(value: Any) -> Any:
+    """A secret's shape with every leaf replaced, so objects stay schema-valid (a secret map
+    such as a Secret's stringData keeps its keys)."""
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return SECRET
+
+
 def clean(value: Any) -> Any:
     """Mock artefacts out: secrets redacted, integral floats back to ints, unknowns marked."""
     if is_wrapped_secret(value):
-        return SECRET
+        return redact(value["value"])
     if isinstance(value, dict):
         return {k: clean(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -35,6 +35,11 @@ IMAGES: dict[str, str] = {
     "armada-lookout-ingester": f"docker.io/gresearch/armada-lookout-ingester:{ARMADA}",
     "armada-event-ingester": f"docker.io/gresearch/armada-event-ingester:{ARMADA}",
     "armada-binoculars": f"docker.io/gresearch/armada-binoculars:{ARMADA}",
+    # Base images of the entities' own Dockerfiles (entities/*/Dockerfile; tests/test_entities.py
+    # checks they match). The CloudState Node SDK (npm cloudstate 0.0.3, its only release there)
+    # needs Node 12 for its native grpc module: build on the full image, run on the slim one.
+    "node-cloudstate-build": "docker.io/library/node:12.22.12-bullseye",
+    "node-cloudstate": "docker.io/library/node:12.22.12-bullseye-slim",
     # Base images of the Dockerfiles generated for entities without their own Dockerfile.
     "node": "docker.io/library/node:20.18.1-alpine3.20",
     "maven": "docker.io/library/maven:3.9.9-eclipse-temurin-17",

@@ -1,0 +1,212 @@
+"""The entities the stack files build (entities/): each meets the container contract, its base
+images are the pins of infra/versions.py, and its .dockerignore keeps exactly what goes into the
+image. The entities' own logic is tested with `node --test` (scripts/test.sh)."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components.entity_image import context_files
+from infra.config import DIGEST_REF, Language
+from infra.render import validate_config
+from infra.versions import IMAGES
+from tests.conftest import ROOT, STACKS
+
+EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+# Syntax and APIs newer than the images' Node 12 (ES2019).
+NEWER_THAN_NODE12 = re.compile(r"\?\.|\?\?|\.at\(|\.replaceAll\(|Object\.hasOwn|structuredClone|^\s*import\s", re.M)
+
+
+def entity_dirs() -> dict[str, str]:
+    """Every entity source directory either stack file names (CloudStation's own included) and
+    its language."""
+    dirs = {}
+    for stack in STACKS:
+        config = validate_config(stack)
+        state = config.platform.project_state
+        dirs[state.source] = state.language.value
+        dirs.update((e.source, e.language.value) for project in config.projects for e in project.entities)
+    return dict(sorted(dirs.items()))
+
+
+ENTITY_DIRS = list(entity_dirs())
+JAVASCRIPT_DIRS = [source for source, language in entity_dirs().items() if language == "javascript"]
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+    return found
+
+
+def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    """The instructions of each build stage, in order (each starts with its FROM)."""
+    result: list[list[tuple[str, str]]] = []
+    for instruction in instructions(dockerfile):
+        if instruction[0] == "FROM":
+            result.append([])
+        result[-1].append(instruction)
+    return result
+
+
+def copy_sources(dockerfile: Path) -> list[str]:
+    """Build-context paths the Dockerfile COPYs or ADDs (not those copied from another stage)."""
+    sources = []
+    for keyword, rest in instructions(dockerfile):
+        if keyword in ("COPY", "ADD"):
+            words = shlex.split(rest)
+            if any(w.startswith("--from") for w in words):
+                continue
+            sources += [w for w in words[:-1] if not w.startswith("--")]
+    return sources
+
+
+def test_the_stack_files_name_the_example_entities():
+    examples = {"entities/project-state", "entities/shop/add-item", "entities/shop/cart", "entities/shop/likes"}
+    assert examples <= set(JAVASCRIPT_DIRS)
+
+
+@pytest.mark.parametrize("source", ENTITY_DIRS)
+def test_each_entity_has_a_dockerfile_an_ignore_file_and_its_proto(source):
+    directory = ROOT / source
+    assert (directory / "Dockerfile").is_file()
+    assert (directory / ".dockerignore").is_file()
+    protos = list(directory.glob("*.proto"))
+    assert protos, f"{source} has no .proto"
+    # The service with its entity key (actions have none) and the SDK's import for the option.
+    keyed = [p for p in protos if "(.cloudstate.entity_key) = true" in p.read_text()]
+    for proto in keyed:
+        assert 'import "cloudstate/entity_key.proto";' in proto.read_text(), proto.name
+
+
+@pytest.mark.parametrize("source", ENTITY_DIRS)
+def test_base_images_are_the_pins_of_versions_py(source):
+    pinned = set(IMAGES.values())
+    names: set[str] = set()
+    for stage in stages(ROOT / source / "Dockerfile"):
+        words = stage[0][1].split()
+        image = words[0]
+        if image not in names:  # FROM <earlier stage> is not a base image
+            assert image in pinned, f"{source}: FROM {image} is not a pin of infra/versions.py"
+            assert not image.endswith(":latest") and (":" in image.rsplit("/", 1)[-1] or "@" in image)
+        if len(words) == 3 and words[1].upper() == "AS":
+            names.add(words[2])
+
+
+@pytest.mark.parametrize("source", ENTITY_DIRS)
+def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source):
+    final = stages(ROOT / source / "Dockerfile")[-1]
+    users = [rest for keyword, rest in final if keyword == "USER"]
+    assert users, f"{source}: the final stage sets no USER"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]} must be a numeric non-root uid"
+    assert not gid or (gid.isdigit() and int(gid) != 0)
+    env = " ".join(rest for keyword, rest in final if keyword == "ENV")
+    assert re.search(r"\bPORT=8080\b", env), f"{source}: no ENV PORT=8080"
+    assert ("EXPOSE", "8080") in final
+
+
+@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
+def test_the_javascript_entrypoint_reads_port(source):
+    final = stages(ROOT / source / "Dockerfile")[-1]
+    command = json.loads(next(rest for keyword, rest in reversed(final) if keyword == "CMD"))
+    assert command[0] == "node"
+    entrypoint = ROOT / source / command[1]
+    assert "process.env.PORT" in entrypoint.read_text(), f"{command[1]} does not read PORT"
+
+
+@pytest.mark.parametrize("source", ENTITY_DIRS)
+def test_the_ignore_file_keeps_exactly_what_the_image_copies(source):
+    directory = ROOT / source
+    kept = set(context_files(directory))
+    copied = [s.rstrip("/") for s in copy_sources(directory / "Dockerfile")]
+    for path in copied:
+        assert path in kept or any(k.startswith(path + "/") for k in kept), f"COPY {path}: excluded or missing"
+    unused = [k for k in kept if k not in ("Dockerfile", ".dockerignore")
+              and not any(k == c or k.startswith(c + "/") for c in copied)]
+    assert unused == [], f"{source}: hashed into the tag but never copied into the image"
+
+
+@pytest.mark.parametrize("source", ENTITY_DIRS)
+def test_tests_dependencies_and_docs_stay_out_of_the_build_context(source, tmp_path):
+    copy = tmp_path / "entity"
+    shutil.copytree(ROOT / source, copy, ignore=shutil.ignore_patterns("node_modules"))
+    extra = ["src/new.test.js", "src/other.test.mjs", "node_modules/grpc/index.js", "src/node_modules/x.js",
+             "docs/guide.txt", "NOTES.md", "user-function.desc"]
+    for relative in extra:
+        (copy / relative).parent.mkdir(parents=True, exist_ok=True)
+        (copy / relative).write_text("x")
+    kept = context_files(copy)
+    assert [k for k in kept if k in extra or k.endswith((".test.js", ".test.mjs"))] == []
+    assert "Dockerfile" in kept
+
+
+@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
+def test_dependencies_are_exact_and_locked(source):
+    directory = ROOT / source
+    package = json.loads((directory / "package.json").read_text())
+    lock = json.loads((directory / "package-lock.json").read_text())
+    # npm 6 (the images' Node 12) reads lockfile v1/v2, not v3.
+    assert lock["lockfileVersion"] in (1, 2)
+    assert lock["name"] == package["name"]
+    dependencies = package["dependencies"]
+    assert dependencies.get("cloudstate") == "0.0.3"
+    for name, version in dependencies.items():
+        assert EXACT_VERSION.match(version), f"{name}: {version} is not an exact version"
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version
+    assert lock["packages"][""]["dependencies"] == dependencies
+
+
+@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
+def test_sources_run_on_the_images_node_12(source):
+    for path in (ROOT / source).rglob("*.js"):
+        if "node_modules" in path.parts or path.name.endswith(".test.js"):
+            continue
+        code = re.sub(r"//[^\n]*|/\*.*?\*/", "", path.read_text(), flags=re.S)
+        assert not NEWER_THAN_NODE12.search(code), f"{path.relative_to(ROOT)} uses syntax newer than Node 12"
+
+
+def node(script: str) -> object:
+    assert shutil.which("node"), "Node.js is required (scripts/test.sh installs it)"
+    done = subprocess.run(["node", "-e", script], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_project_state_knows_the_languages_of_the_stack_config():
+    languages = node("console.log(JSON.stringify(require('./entities/project-state/src/project').LANGUAGES))")
+    assert languages == [language.value for language in Language]
+
+
+def test_project_state_accepts_the_same_image_references_as_the_stack_config():
+    digest = "sha256:" + "0" * 64
+    references = [
+        f"localhost:5000/shop/cart@{digest}",
+        f"registry.example/a/b/c:v1.2@{digest}",
+        f"localhost:5000/shop/cart:{'t' * 128}@{digest}",
+        "localhost:5000/shop/cart:v1",
+        f"cart@{digest}",
+        f"Localhost:5000/shop/cart@{digest}",
+        f"localhost:5000/shop/cart@sha256:{'0' * 63}",
+        f"localhost:5000/shop/cart@sha256:{'A' * 64}",
+        f"localhost:5000//cart@{digest}",
+    ]
+    script = (
+        "const { DIGEST_REF } = require('./entities/project-state/src/project');"
+        f"console.log(JSON.stringify({json.dumps(references)}.map((r) => DIGEST_REF.test(r))))"
+    )
+    expected = [bool(DIGEST_REF.match(r)) for r in references]
+    assert expected == [True, True, True, False, False, False, False, False, False]
+    assert node(script) == expected
