@@ -1,4 +1,4 @@
 """The areas of the platform, deployed in this order by `infra.program.main`."""
-from infra import cloudstation
+from infra import armada, cloudstation
 
-AREAS = [cloudstation.deploy]
+AREAS = [cloudstation.deploy, armada.deploy]

@@ -1,6 +1,8 @@
 """Command line: `python -m infra <command>`.
 
     render --stack STACK --out DIR    write what STACK would deploy (no CLI, cluster or Docker)
+    promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
+    rollback --stack prod             undo the latest promotion (docs/promotion.md)
 """
 from __future__ import annotations
 
@@ -24,6 +26,40 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(result, verb: str, done: str) -> None:
+    if not result.changes:
+        print(f"{result.stack_file.name} already has these references; nothing to {verb}")
+        return
+    print(result.diff, end="")
+    stats = result.stats
+    cost = f"{stats.requests} registry requests, {stats.bytes_sent + stats.bytes_received} bytes"
+    if result.dry_run:
+        print(f"dry run: would {verb} {len(result.changes)} image(s) and tag them {', '.join(result.tags)} ({cost})")
+    else:
+        print(
+            f"{done} {len(result.changes)} image(s) in {result.stack_file.name}, tagged {', '.join(result.tags)}, "
+            f"recorded as #{result.record['id']} ({cost})"
+        )
+
+
+def _promote(args: argparse.Namespace) -> int:
+    from infra import promote
+
+    result = promote.promote(
+        args.source, args.target, root=Path(args.root), projects=args.project, entities=args.entity,
+        dry_run=args.dry_run, backend=args.backend,
+    )
+    _report(result, "promote", "promoted")
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from infra import promote
+
+    _report(promote.rollback(args.stack, root=Path(args.root), dry_run=args.dry_run), "roll back", "rolled back")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m infra", description=__doc__.splitlines()[0])
     commands = root.add_subparsers(dest="command", required=True)
@@ -32,6 +68,25 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     render.add_argument("--out", required=True, help="output directory")
     render.set_defaults(run=_render)
+
+    project_dir = str(Path(__file__).resolve().parent.parent)
+    promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")
+    promote.add_argument("--from", dest="source", required=True, help="stack whose deployed `images` output is read")
+    promote.add_argument("--to", dest="target", required=True, help="stack whose Pulumi.<stack>.yaml is edited")
+    promote.add_argument("--project", action="append", default=[], help="promote only this project (repeatable)")
+    promote.add_argument("--entity", action="append", default=[], help="promote only PROJECT/ENTITY (repeatable)")
+    promote.add_argument("--dry-run", action="store_true", help="print the exact change; write and tag nothing")
+    promote.add_argument(
+        "--backend", help="state backend URL (file://DIR or s3://BUCKET?...); default PULUMI_BACKEND_URL"
+    )
+    promote.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
+    promote.set_defaults(run=_promote)
+
+    rollback = commands.add_parser("rollback", help="restore the references the latest promotion replaced")
+    rollback.add_argument("--stack", required=True, help="stack whose latest promotion is undone")
+    rollback.add_argument("--dry-run", action="store_true", help="print the exact change; write and tag nothing")
+    rollback.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
+    rollback.set_defaults(run=_rollback)
     return root
 
 
@@ -45,3 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        from infra import promote, registry_api, stack_file, state_backend
+
+        known = (
+            promote.PromotionRefused, registry_api.RegistryError, stack_file.StackFileError, state_backend.StateError
+        )
+        if not isinstance(error, known):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1

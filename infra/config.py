@@ -25,6 +25,12 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem
+from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
+from components.armada.settings import ArmadaConfig
+from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
+from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
+from components.cloudstate_operator import CloudStateArgs
+from components.cloudstate_store import StoresConfig
 
 PROJECT = "cloudstation"
 """The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
@@ -37,6 +43,8 @@ DIGEST_REF = re.compile(
 
 SECRET_KEYS: dict[str, str] = {}
 """`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
+SECRET_KEYS[REGISTRY_PASSWORD_KEY] = "password or token of the external registry (platform.registry.mode: external)"
+SECRET_KEYS[QUEUE_API_PASSWORD_KEY] = "password of platform.armada.queueApi.username (Armada queue API basic auth)"
 
 
 class Environment(str, Enum):
@@ -109,6 +117,13 @@ class EntityConfig(ConfigModel):
                 raise problem(
                     f"directory not found (paths are relative to {root})", subpath=".source", value=self.source
                 )
+            if self.language.value not in GENERATED_LANGUAGES and not (Path(root) / self.source / DOCKERFILE).is_file():
+                raise problem(
+                    f"{self.source}/{DOCKERFILE} not found: a Dockerfile is generated only for "
+                    f"{', '.join(GENERATED_LANGUAGES)}; add one to the source directory",
+                    subpath=".language",
+                    value=self.language.value,
+                )
         return self
 
 
@@ -165,6 +180,30 @@ class PlatformConfig(ConfigModel):
     the other sets false and reuses them."""
     project_state: ProjectStateConfig = Field(default={}, validate_default=True)
     """CloudStation's own event-sourced Project entity, built and promoted like any entity."""
+    armada: ArmadaConfig = ArmadaConfig()
+    """The Armada batch scheduler (components/armada/settings.py)."""
+    registry: RegistryConfig = Field(default={}, validate_default=True)
+    """Where entity images are pushed and pulled: a managed registry or an external one
+    (components/registry.py, docs/registry.md)."""
+    cloudstate: CloudStateArgs = CloudStateArgs()
+    """The CloudState operator and entity pods (components/cloudstate_operator.py, docs/cloudstate.md)."""
+    stores: StoresConfig = StoresConfig()
+    """How the projects' stores run: managed per project namespace, or external (docs/cloudstate.md)."""
+    project_state_store: Literal["postgres", "cassandra"] = "postgres"
+    """The store of the project-state entity, in the platform namespace."""
+
+    @model_validator(mode="after")
+    def _watch_only_when_owner(self) -> "PlatformConfig":
+        # Only the owning stack runs an operator, so only it can watch other stacks' namespaces.
+        if self.cloudstate.extra_watched_namespaces and not self.owns_cluster_resources:
+            raise problem(
+                "only the stack that owns the cluster resources (ownsClusterResources: true) runs the "
+                "operator; list this stack's namespaces in the owning stack's "
+                "platform.cloudstate.extraWatchedNamespaces instead",
+                ".cloudstate.extraWatchedNamespaces",
+                self.cloudstate.extra_watched_namespaces,
+            )
+        return self
 
 
 class StackConfig(ConfigModel):
@@ -172,8 +211,8 @@ class StackConfig(ConfigModel):
 
     environment: Environment
     """`test` builds entity images from source; `prod` deploys promoted, digest-pinned images only."""
-    kubernetes: KubernetesConfig = KubernetesConfig()
-    platform: PlatformConfig = PlatformConfig()
+    kubernetes: KubernetesConfig = Field(default={}, validate_default=True)
+    platform: PlatformConfig = Field(default={}, validate_default=True)
     projects: list[ProjectConfig] = Field(min_length=1)
 
     @field_validator("projects")
@@ -184,7 +223,47 @@ class StackConfig(ConfigModel):
             if project.name in seen:
                 raise problem("project names must be unique", f"[{index}].name", project.name)
             seen.add(project.name)
+            if project.name == "platform":
+                raise problem("'platform' is reserved (the project-state entity's image is platform/project-state)",
+                              f"[{index}].name", project.name)
         return projects
+
+    @model_validator(mode="after")
+    def _cloudstate_names_fit(self) -> "StackConfig":
+        # Project namespaces are `<project>-<environment>`; the platform namespace must differ.
+        platform = self.platform.namespace
+        for index, project in enumerate(self.projects):
+            if f"{project.name}-{self.environment.value}" == platform:
+                raise problem(
+                    f"its namespace '{platform}' is the platform namespace (platform.namespace); "
+                    "rename the project or the platform namespace",
+                    f"projects[{index}].name",
+                    project.name,
+                )
+            for position, entity in enumerate(project.entities):
+                # The StatefulService `<project>-<entity>` names the entity's Service: a DNS label.
+                service = f"{project.name}-{entity.name}"
+                if len(service) > 63:
+                    raise problem(
+                        f"'{service}' (the entity's StatefulService and Service name) has {len(service)} "
+                        "characters; project and entity name together may have at most 62",
+                        f"projects[{index}].entities[{position}].name",
+                        entity.name,
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _queue_names_free(self) -> "StackConfig":
+        # Each project's build queue is `<project>-builds` (components/armada/queue.py).
+        armada = self.platform.armada
+        names = [project.name for project in self.projects]
+        for index, name in project_queue_clashes(armada.queues, names, armada.project_queue.enabled):
+            raise problem(
+                "already the build queue of a project (`<project>-builds`); choose another queue name",
+                f"platform.armada.queues[{index}].name",
+                name,
+            )
+        return self
 
 
 # --- loading and error reporting -------------------------------------------------------------
@@ -228,6 +307,8 @@ def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "sta
             problems.append(f"{key}: unknown key — {_allowed_keys(StackConfig, name, extra=sorted(SECRET_KEYS))}")
     environment = data.get("environment")
     context = {"environment": environment if environment in ("test", "prod") else None, "root": root}
+    # Which secure keys are set (not their values), for checks such as the external registry's password.
+    context["secrets"] = {k.partition(":")[2] for k in raw if k.partition(":")[0] == PROJECT} & set(SECRET_KEYS)
     if context["environment"]:
         context["environment"] = Environment(environment)
     try:

@@ -7,7 +7,9 @@ Values are deterministic, so two renders of the same config are byte-identical.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -36,7 +38,9 @@ def fake_digest(*parts: str) -> str:
 def _docker_image(inputs: dict) -> dict:
     name = inputs.get("imageName", "")
     repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    return {"repoDigest": f"{repository}@{fake_digest(name, str(inputs.get('build')))}"}
+    # Sorted: the engine passes map keys in no fixed order, and the digest must be deterministic.
+    build = json.dumps(inputs.get("build"), sort_keys=True, default=str)
+    return {"repoDigest": f"{repository}@{fake_digest(name, build)}"}
 
 
 def _docker_build_image(inputs: dict) -> dict:
@@ -61,6 +65,15 @@ def _random_id(name: str) -> Callable[[dict], dict]:
         return {"hex": hex_, "b64Std": hex_, "b64Url": hex_, "dec": str(int(hex_, 16))}
 
     return outputs
+
+
+def _existing_secret(resource_id: str) -> dict:
+    """An existing Secret `<namespace>/<name>` with `username` and `password` (base64)."""
+    namespace, _, name = resource_id.partition("/")
+    data = {
+        key: base64.b64encode(f"{key}-of-{resource_id}".encode()).decode() for key in ("username", "password")
+    }
+    return {"metadata": {"namespace": namespace, "name": name}, "type": "Opaque", "data": as_secret(data)}
 
 
 @dataclass
@@ -96,6 +109,10 @@ class ProgramMocks(pulumi.runtime.Mocks):
             state.update(_random_id(args.name)(args.inputs))
         elif args.typ == "pulumi:pulumi:StackReference":
             state["outputs"] = {}
+        elif args.typ == "kubernetes:core/v1:Secret" and args.resource_id:
+            # `Secret.get` of an existing Secret (external stores copy credentials from one).
+            state.update(_existing_secret(args.resource_id))
+            return args.resource_id, state
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:

@@ -9,16 +9,19 @@ from __future__ import annotations
 # Armada: every service uses the same version (reference: armada/NOTES.md §0; tags have no "v").
 ARMADA = "0.22.7"
 
-# CloudState: the last release (v0.6.0, 2021-01-27) of the Scala operator, which is what the
-# project published as images; its proxies follow the same version (cloudstate/NOTES.md §1, §2.1).
-CLOUDSTATE = "0.6.0"
+# CloudState: the Scala operator and proxies of v0.5.1. The last release, v0.6.0, changed the
+# proxy protocol (the proxy checks the version; actions moved to ActionProtocol; CRDT messages were
+# renumbered), and the only Node SDK on npm (`cloudstate` 0.0.3, which entities/ use) speaks v0.5.
+# So 0.5.1 is the newest operator+proxy set that runs our entities (cloudstate/NOTES.md §1, §2.1).
+CLOUDSTATE = "0.5.1"
 
 IMAGES: dict[str, str] = {
     # CNCF distribution registry (the "registry" image on Docker Hub).
     "registry": "docker.io/library/registry:2.8.3",
-    # CloudState operator and its proxies (v0.6.0 folded no-store/in-memory into proxy-core).
+    # CloudState operator and its proxies, one per store type (v0.5.1's build publishes each).
     "cloudstate-operator": f"docker.io/cloudstateio/cloudstate-operator:{CLOUDSTATE}",
-    "cloudstate-proxy-core": f"docker.io/cloudstateio/cloudstate-proxy-core:{CLOUDSTATE}",
+    "cloudstate-proxy-no-store": f"docker.io/cloudstateio/cloudstate-proxy-no-store:{CLOUDSTATE}",
+    "cloudstate-proxy-in-memory": f"docker.io/cloudstateio/cloudstate-proxy-in-memory:{CLOUDSTATE}",
     "cloudstate-proxy-postgres": f"docker.io/cloudstateio/cloudstate-proxy-postgres:{CLOUDSTATE}",
     "cloudstate-proxy-cassandra": f"docker.io/cloudstateio/cloudstate-proxy-cassandra:{CLOUDSTATE}",
     # Stores and Armada's dependencies.
@@ -41,7 +44,6 @@ IMAGES: dict[str, str] = {
     "node-cloudstate-build": "docker.io/library/node:12.22.12-bullseye",
     "node-cloudstate": "docker.io/library/node:12.22.12-bullseye-slim",
     # Base images of the Dockerfiles generated for entities without their own Dockerfile.
-    "node": "docker.io/library/node:20.18.1-alpine3.20",
     "maven": "docker.io/library/maven:3.9.9-eclipse-temurin-17",
     "java-runtime": "docker.io/library/eclipse-temurin:17.0.13_11-jre-alpine",
 }

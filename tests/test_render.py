@@ -129,3 +129,10 @@ def test_unknown_stack_is_a_clear_error(tmp_path):
     result = run_cli("render", "--stack", "staging", "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "no stack file Pulumi.staging.yaml" in result.stderr
+
+
+def test_project_file_names_the_program_and_the_config_namespace():
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == render.stack_config.PROJECT
+    assert project["runtime"]["name"] == "python"
+    assert (ROOT / project["main"] / "__main__.py").is_file()

@@ -1,0 +1,1 @@
+"""Armada (batch scheduler) services, one ComponentResource per file."""

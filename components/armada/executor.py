@@ -1,0 +1,61 @@
+"""An Armada executor: leases jobs from the scheduler and runs them as pods in its cluster.
+
+It runs in the stack's cluster (the Kubernetes provider of the stack); each entry of
+`executors` is one executor with its own cluster id and pool."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.armada.cluster import EXECUTOR_CLUSTER_ROLE, cluster_role_binding
+from components.armada.config import EXECUTOR_PORTS, executor_config, executor_name
+from components.armada.service import ArmadaArgs, ArmadaService
+from components.armada.settings import ExecutorSettings
+from components.armada.workload import SCHEDULER_CLIENT, ServiceSpec, config_args
+
+
+@dataclass(frozen=True)
+class ExecutorArgs(ArmadaArgs):
+    executor: Optional[ExecutorSettings] = None
+    """Required: which executor of `config.executors` this is."""
+
+
+def executor_spec(args: ExecutorArgs) -> ServiceSpec:
+    settings = args.executor
+    return ServiceSpec(
+        name=executor_name(settings),
+        image=args.image,
+        args=config_args(),
+        config=executor_config(args.config, settings, args.endpoints),
+        ports=EXECUTOR_PORTS,
+        resources=settings.resources,
+        replicas=settings.replicas,
+        health=True,
+        api_access=True,  # it creates and watches job pods
+        termination_grace_seconds=5,  # as upstream Helm
+        pod_labels=SCHEDULER_CLIENT,  # leases jobs from the scheduler
+    )
+
+
+def binding_name(namespace: str, service_account: str) -> str:
+    # Cluster-scoped: the namespace keeps test's and prod's bindings apart on one cluster.
+    return f"{namespace}-{service_account}"
+
+
+class Executor(ArmadaService):
+    """Outputs: `service_name`. Its ClusterRoleBinding grants the shared executor ClusterRole."""
+
+    def __init__(self, name: str, args: ExecutorArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:armada:Executor", name, opts)
+        spec = executor_spec(args)
+        namespace = args.endpoints.namespace
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            **cluster_role_binding(binding_name(namespace, spec.name), EXECUTOR_CLUSTER_ROLE, spec.name, namespace),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self._deploy(name, spec, namespace, start_after=args.start_after)
+        self.register_outputs({"service_name": self.service_name})

@@ -1,0 +1,337 @@
+"""Armada queues as code: each queue is a Pulumi resource managed through the server's REST API.
+
+Armada keeps queues in its `lookout` database and offers no Kubernetes object for them (the
+operator's Queue CRD is a stub, armada/NOTES.md §8, §11.2), so a dynamic provider creates,
+updates, reads and deletes them with `/v1/queue` calls from the machine running `pulumi up`.
+Stack config lists queues under `platform.armada.queues`; every CloudStation project also gets
+`<project>-builds` for its build jobs (`project_queues`).
+"""
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import pulumi
+import pulumi.dynamic as dynamic
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from components.armada.queue_api import QueueClient, QueueExists
+from components.model import ConfigModel, DnsLabel, problem
+
+if TYPE_CHECKING:
+    from infra.config import StackConfig
+
+PROJECT_QUEUE_SUFFIX = "-builds"
+QUEUE_API_PASSWORD_KEY = "armadaQueueApiPassword"
+"""Secret config key with the password of `queueApi.username`."""
+QUEUE_FIELDS = ("name", "priorityFactor", "userOwners", "groupOwners", "labels", "cordoned")
+"""The queue settings this program owns (apiQueue fields); others keep the server's defaults."""
+UNORDERED_FIELDS = ("userOwners", "groupOwners")
+CONNECTION_FIELDS = ("apiUrl", "waitSeconds", "timeoutSeconds", "authorization")
+"""Inputs that say how to reach the API; changing them changes no queue."""
+
+
+class QueueArgs(ConfigModel):
+    """One Armada queue (an `apiQueue` of the REST API)."""
+
+    name: DnsLabel
+    """Queue name: lowercase letters, digits and '-' (used in REST paths and armadactl)."""
+    priority_factor: float = 1.0
+    """Share weight: a queue with factor 2 gets half the share of one with factor 1. At least 1."""
+    user_owners: list[str] = []
+    """Users who own the queue (may submit and cancel its jobs); empty means whoever creates it."""
+    group_owners: list[str] = []
+    """Groups whose members own the queue."""
+    labels: dict[str, str] = {}
+    """Kubernetes-like labels of the queue."""
+    cordoned: bool = False
+    """A cordoned queue accepts no new jobs."""
+
+    @field_validator("priority_factor")
+    @classmethod
+    def _at_least_one(cls, value: float) -> float:
+        if value < 1:
+            raise problem("must be at least 1 (Armada rejects lower priority factors)")
+        return value
+
+
+class ProjectQueueSettings(ConfigModel):
+    """The queue every CloudStation project gets for its build jobs, `<project>-builds`."""
+
+    enabled: bool = True
+    """Give every project a build queue."""
+    priority_factor: float = Field(default=1.0, ge=1)
+    """Priority factor of every build queue (at least 1)."""
+    user_owners: list[str] = []
+    """Users who own every build queue (e.g. the CI principal that submits builds)."""
+    group_owners: list[str] = []
+    """Groups who own every build queue."""
+
+
+class QueueApiSettings(ConfigModel):
+    """How `pulumi up` reaches the Armada server's REST API to manage queues."""
+
+    enabled: bool = True
+    """Manage queues from this stack (false: no Queue resources, create them with armadactl)."""
+    url: str = Field(default="http://localhost:8080", pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    """REST base URL as seen from the machine running `pulumi up` (not in-cluster DNS); the
+    default suits `kubectl -n <armada namespace> port-forward svc/armada-server 8080:8080`."""
+    wait_seconds: int = Field(default=300, ge=0, le=3600)
+    """How long a queue operation retries while the server is unreachable or starting."""
+    timeout_seconds: int = Field(default=30, ge=1, le=600)
+    """Timeout of one HTTP request."""
+    username: Optional[str] = None
+    """Basic-auth user for a server that does not allow anonymous queue management; the password
+    is the secret config key `armadaQueueApiPassword` (`pulumi config set --secret ...`)."""
+
+    @model_validator(mode="after")
+    def _password_is_set(self, info: ValidationInfo) -> "QueueApiSettings":
+        secrets = (info.context or {}).get("secrets")
+        if self.enabled and self.username and secrets is not None and QUEUE_API_PASSWORD_KEY not in secrets:
+            raise problem(
+                f"needs the password in the secret config key {QUEUE_API_PASSWORD_KEY} "
+                f"(pulumi config set --secret {QUEUE_API_PASSWORD_KEY} ...)",
+                ".username",
+                self.username,
+            )
+        return self
+
+
+def unique_queue_names(queues: list[QueueArgs]) -> list[QueueArgs]:
+    """For a list validator: every queue name once."""
+    seen: set[str] = set()
+    for index, queue in enumerate(queues):
+        if queue.name in seen:
+            raise problem("queue names must be unique", f"[{index}].name", queue.name)
+        seen.add(queue.name)
+    return queues
+
+
+def project_queue_name(project: str) -> str:
+    return f"{project}{PROJECT_QUEUE_SUFFIX}"
+
+
+def project_queues(config: "StackConfig") -> list[QueueArgs]:
+    """Every queue of the stack: the configured ones, then one build queue per project."""
+    armada = config.platform.armada
+    queues = list(armada.queues)
+    template = armada.project_queue
+    if template.enabled:
+        queues += [
+            QueueArgs(
+                name=project_queue_name(project.name),
+                priority_factor=template.priority_factor,
+                user_owners=template.user_owners,
+                group_owners=template.group_owners,
+                labels={"cloudstation.io/project": project.name},
+            )
+            for project in config.projects
+        ]
+    return queues
+
+
+def project_queue_clashes(queues: list[QueueArgs], projects: list[str], enabled: bool = True) -> list[tuple[int, str]]:
+    """(index, name) of configured queues whose name a project's build queue already takes."""
+    if not enabled:
+        return []
+    taken = {project_queue_name(p) for p in projects}
+    return [(index, q.name) for index, q in enumerate(queues) if q.name in taken]
+
+
+# --- the resource -----------------------------------------------------------------------------
+
+
+def api_body(props: dict) -> dict:
+    """The apiQueue body for the REST API from a Queue resource's properties."""
+    return {
+        "name": props["name"],
+        "priorityFactor": float(props["priorityFactor"]),
+        "userOwners": list(props.get("userOwners") or []),
+        "groupOwners": list(props.get("groupOwners") or []),
+        "labels": dict(props.get("labels") or {}),
+        "cordoned": bool(props.get("cordoned", False)),
+    }
+
+
+def normalized(queue: dict) -> dict:
+    """Queue settings in a comparable form: the gateway omits empty fields, owners are sets."""
+    body = api_body({"priorityFactor": 1.0, **queue})
+    for field in UNORDERED_FIELDS:
+        body[field] = sorted(body[field])
+    return body
+
+
+def changed_fields(olds: dict, news: dict) -> list[str]:
+    """Names of the queue settings that differ, in apiQueue order."""
+    old, new = normalized(olds), normalized(news)
+    return [field for field in QUEUE_FIELDS if old[field] != new[field]]
+
+
+def client_for(props: dict) -> QueueClient:
+    headers = {"Authorization": props["authorization"]} if props.get("authorization") else {}
+    return QueueClient(
+        props["apiUrl"],
+        timeout=float(props.get("timeoutSeconds", 30)),
+        wait_seconds=float(props.get("waitSeconds", 0)),
+        headers=headers,
+    )
+
+
+def _load_provider(root: str) -> "QueueProvider":
+    """Rebuild the provider inside Pulumi's dynamic-provider process.
+
+    That process starts in the program's directory (infra/), where `components` is not
+    importable, so the pickle carries this loader by value: it puts the project root (where the
+    program ran, else the nearest parent of the working directory that has components/) on
+    sys.path, then imports the provider normally.
+    """
+    import importlib
+    import os
+    import sys
+
+    marker = os.path.join("components", "armada", "queue.py")
+    here = os.getcwd()
+    candidates = [root, here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))]
+    found = next((path for path in candidates if os.path.isfile(os.path.join(path, marker))), None)
+    if found is None:
+        raise RuntimeError(f"cannot find the CloudStation project (components/) in {candidates}")
+    if found not in sys.path:
+        sys.path.insert(0, found)
+    return importlib.import_module("components.armada.queue").QueueProvider()
+
+
+# dill serializes functions of `__main__` by value, everything else by reference (import name).
+_load_provider.__module__ = "__main__"
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class QueueProvider(dynamic.ResourceProvider):
+    """CRUD of one Armada queue over REST; the queue's name is its id."""
+
+    # Nothing secret is captured (the URL is plain config), so state need not hide the provider.
+    serialize_as_secret_always = False
+
+    def __reduce__(self):
+        return _load_provider, (PROJECT_ROOT,)
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
+        failures = []
+        factor = news.get("priorityFactor")
+        if isinstance(factor, (int, float)) and factor < 1:
+            failures.append(dynamic.CheckFailure("priorityFactor", f"must be at least 1, got {factor}"))
+        return dynamic.CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        changed = changed_fields(olds, news)
+        connection = [k for k in CONNECTION_FIELDS if olds.get(k) != news.get(k)]
+        return dynamic.DiffResult(
+            changes=bool(changed or connection),
+            # A queue cannot be renamed: a new name is a new queue (the old one is deleted after).
+            replaces=["name"] if "name" in changed else [],
+            delete_before_replace=False,
+        )
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        client = client_for(props)
+        body = api_body(props)
+        try:
+            client.create(body)
+        except QueueExists:
+            # Created earlier by hand or by a lost run: adopt it and make it match the code.
+            client.update(body)
+        return dynamic.CreateResult(id_=body["name"], outs=dict(props))
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        live = client_for(props).get(id_)
+        if live is None:
+            return dynamic.ReadResult(id_="", outs={})  # deleted outside Pulumi
+        current = normalized({**live, "name": live.get("name") or id_})
+        return dynamic.ReadResult(id_=id_, outs={**props, **current})
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        client_for(news).update(api_body(news))
+        return dynamic.UpdateResult(outs=dict(news))
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        client_for(props).delete(id_)
+
+
+def queue_props(args: QueueArgs, api: QueueApiSettings, password: Optional[pulumi.Input[str]] = None) -> dict:
+    """The Queue resource's inputs: the apiQueue fields plus how to reach the API (with a
+    basic-auth header, kept secret in state, when `api.username` is set)."""
+    props: dict = {
+        **api_body(args.model_dump(by_alias=True)),
+        "apiUrl": api.url,
+        "waitSeconds": api.wait_seconds,
+        "timeoutSeconds": api.timeout_seconds,
+    }
+    if api.username:
+        props["authorization"] = pulumi.Output.secret(
+            pulumi.Output.from_input(password).apply(lambda p: basic_auth(api.username, p or ""))
+        )
+    return props
+
+
+def basic_auth(username: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+class Queue(dynamic.Resource, module="armada", name="Queue"):
+    """An Armada queue (type `pulumi-python:dynamic/armada:Queue`); its id is the queue name."""
+
+    name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: QueueArgs,
+        api: QueueApiSettings,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        password: Optional[pulumi.Input[str]] = None,
+    ):
+        super().__init__(QueueProvider(), name, queue_props(args, api, password), opts)
+
+
+@dataclass(frozen=True)
+class QueuesArgs:
+    """The queues to manage (usually `project_queues(config)`) and how to reach the API."""
+
+    queues: list[QueueArgs]
+    api: QueueApiSettings
+    password: Optional[pulumi.Input[str]] = None
+    """Password of `api.username` (a secret Output)."""
+
+
+class Queues(pulumi.ComponentResource):
+    """Every queue of the stack, one Queue child `<name>-<queue>` each. Outputs: `names`.
+
+    The queues can only be created once the Armada server answers, so the children wait for
+    whatever the caller puts in `opts.depends_on` (the server, its lookout migration). Pass the
+    Kubernetes provider or not: the children belong to the dynamic provider either way.
+    """
+
+    names: pulumi.Output[list[str]]
+
+    def __init__(self, name: str, args: QueuesArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:armada:Queues", name, None, opts)
+        # Children do not wait for their parent's depends_on: pass it on.
+        after = (opts.depends_on if opts else None) or []
+        after = after if isinstance(after, list) else [after]
+        queues = [
+            Queue(f"{name}-{queue.name}", queue, args.api, pulumi.ResourceOptions(parent=self, depends_on=after),
+                  password=args.password)
+            for queue in args.queues
+        ]
+        self.names = pulumi.Output.all(*[queue.name for queue in queues]) if queues else pulumi.Output.from_input([])
+        self.register_outputs({"names": self.names})
+
+
+def queues_args(config: "StackConfig") -> Optional[QueuesArgs]:
+    """What `Queues` needs for this stack, or None when queues are not managed here."""
+    api = config.platform.armada.queue_api
+    if not api.enabled:
+        return None
+    password = pulumi.Config().require_secret(QUEUE_API_PASSWORD_KEY) if api.username else None
+    return QueuesArgs(queues=project_queues(config), api=api, password=password)

@@ -1,0 +1,132 @@
+"""A minimal client of the Armada server's queue REST API (the grpc-gateway on its HTTP port).
+
+Routes and bodies follow `armada/armada-v0.22.7/pkg/api/api.swagger.json`: `POST /v1/queue`,
+`GET | PUT | DELETE /v1/queue/{name}`, body `apiQueue`, errors `runtimeError`
+(`{code, message, details}`; grpc-gateway v1 also sent `error`). Standard library only: it runs
+inside Pulumi's dynamic-provider process.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Optional
+
+# gRPC status codes (google.rpc.Code) the gateway puts in `code`, for readable errors.
+GRPC_CODES = {
+    3: "InvalidArgument", 5: "NotFound", 6: "AlreadyExists", 7: "PermissionDenied",
+    9: "FailedPrecondition", 13: "Internal", 14: "Unavailable", 16: "Unauthenticated",
+}
+RETRYABLE_STATUS = (502, 503, 504)
+
+
+class QueueApiError(Exception):
+    """A request the Armada server rejected or could not answer; str() says which and why."""
+
+    def __init__(self, method: str, url: str, status: Optional[int], message: str, code: Optional[int] = None):
+        self.method, self.url, self.status, self.code = method, url, status, code
+        self.message = message
+        where = f"HTTP {status}" if status is not None else "no answer"
+        grpc = f", {GRPC_CODES.get(code, f'gRPC code {code}')}" if code else ""
+        super().__init__(f"Armada queue API {method} {url} failed ({where}{grpc}): {message}")
+
+
+class QueueExists(QueueApiError):
+    """409: a queue of that name already exists."""
+
+
+def error_message(body: bytes) -> tuple[str, Optional[int]]:
+    """The server's explanation from a grpc-gateway error body, and its gRPC code."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text or "(empty response)", None
+    if not isinstance(document, dict):
+        return text, None
+    message = document.get("message") or document.get("error") or text
+    code = document.get("code")
+    return str(message), code if isinstance(code, int) else None
+
+
+class QueueClient:
+    """CRUD of Armada queues at `base_url` (e.g. `http://localhost:8080`).
+
+    Connection failures and 502/503/504 are retried for `wait_seconds` (the server may still be
+    starting during the `pulumi up` that installs it); answers such as 400/403/409 are not.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 30,
+        wait_seconds: float = 0,
+        headers: Optional[dict[str, str]] = None,
+        retry_interval: float = 2,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.wait_seconds = wait_seconds
+        self.headers = headers or {}
+        self.retry_interval = retry_interval
+
+    def create(self, queue: dict) -> None:
+        """POST /v1/queue; raises QueueExists on 409."""
+        self._request("POST", "/v1/queue", queue)
+
+    def get(self, name: str) -> Optional[dict]:
+        """GET /v1/queue/{name}; None when the server answers 404."""
+        try:
+            return self._request("GET", self._path(name))
+        except QueueApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def update(self, queue: dict) -> None:
+        """PUT /v1/queue/{name}: replaces the queue's settings."""
+        self._request("PUT", self._path(queue["name"]), queue)
+
+    def delete(self, name: str) -> None:
+        """DELETE /v1/queue/{name}; a queue that is already gone is fine."""
+        try:
+            self._request("DELETE", self._path(name))
+        except QueueApiError as error:
+            if error.status != 404:
+                raise
+
+    @staticmethod
+    def _path(name: str) -> str:
+        return "/v1/queue/" + urllib.parse.quote(name, safe="")
+
+    def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
+        url = self.base_url + path
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json", **self.headers}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    payload = response.read()
+                    return json.loads(payload) if payload.strip() else {}
+            except urllib.error.HTTPError as error:
+                message, code = error_message(error.read())
+                failure = (QueueExists if error.code == 409 else QueueApiError)(
+                    method, url, error.code, message, code
+                )
+                if error.code not in RETRYABLE_STATUS:
+                    raise failure from None
+            except (urllib.error.URLError, OSError) as error:
+                reason = getattr(error, "reason", error)
+                failure = QueueApiError(
+                    method, url, None, f"{reason} — is the server reachable at {self.base_url}? "
+                    "(armada.queueApi.url; see docs/armada-queues.md)"
+                )
+            if time.monotonic() + self.retry_interval > deadline:
+                raise failure
+            time.sleep(self.retry_interval)

@@ -1,0 +1,71 @@
+"""The Armada scheduler: migrates its database first, then schedules; prunes on a schedule."""
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.armada.config import SCHEDULER, SCHEDULER_PORTS, postgres_env, scheduler_config
+from components.armada.service import ArmadaArgs, ArmadaService
+from components.armada.workload import ServiceSpec, TaskSpec, config_args, scheduler_network_policy
+
+
+def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
+    settings = args.config.scheduler
+    return ServiceSpec(
+        name=SCHEDULER,
+        image=args.image,
+        args=config_args("run"),
+        config=scheduler_config(args.config, args.endpoints),
+        ports=SCHEDULER_PORTS,
+        resources=settings.resources,
+        replicas=settings.replicas,
+        env=postgres_env(args.endpoints),
+        health=True,
+    )
+
+
+def migration_task(args: ArmadaArgs) -> TaskSpec:
+    return TaskSpec(
+        name=f"{SCHEDULER}-migration",
+        args=config_args("migrateDatabase") + ["--timeout", "5m"],
+        resources=args.config.job_resources,
+    )
+
+
+def pruner_task(args: ArmadaArgs) -> Optional[tuple[TaskSpec, str]]:
+    pruning = args.config.scheduler.pruning
+    if not pruning.enabled:
+        return None
+    task = TaskSpec(
+        name=f"{SCHEDULER}-pruner",
+        # Upstream Helm's pruner arguments (NOTES §4), expiry configurable.
+        args=config_args("pruneDatabase")
+        + ["--timeout", "5m", "--batchsize", "10000", "--expireAfter", args.config.scheduler.expire_after],
+        resources=args.config.job_resources,
+        backoff_limit=1,
+    )
+    return task, pruning.schedule
+
+
+class Scheduler(ArmadaService):
+    """Outputs: `service_name`; attribute `migration` (the scheduler-database migration Job)."""
+
+    def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:armada:Scheduler", name, opts)
+        self._deploy(
+            name,
+            scheduler_spec(args),
+            args.endpoints.namespace,
+            migration=migration_task(args),
+            pruner=pruner_task(args),
+            start_after=args.start_after,
+        )
+        if args.config.scheduler.restrict_grpc:
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-netpol",
+                **scheduler_network_policy(self.spec, args.endpoints.namespace),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"service_name": self.service_name})

@@ -1,0 +1,105 @@
+"""The base of every Armada service component: ServiceAccount, config ConfigMap, optional
+migration Job (finished before the Deployment starts), Deployment, optional Service and
+optional pruning CronJob. Each service file (server.py, scheduler.py, ...) subclasses it with
+its own type token and builds its `ServiceSpec` with pure functions."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.armada.config import CONFIG_FILE, Endpoints
+from components.armada.settings import ArmadaConfig
+from components.armada.workload import COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, service
+from components.k8s import metadata
+
+
+def render_config(config: dict) -> str:
+    return yaml.safe_dump(config, sort_keys=True, default_flow_style=False)
+
+
+def checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ArmadaArgs:
+    """What every service component gets: the Armada settings and where things are."""
+
+    config: ArmadaConfig
+    endpoints: Endpoints
+    image: str
+    """The service's pinned image (infra/versions.py)."""
+    start_after: Sequence[pulumi.Resource] = ()
+    """Resources that must be ready first (e.g. the lookout migration before the server, G3)."""
+
+
+class ArmadaService(pulumi.ComponentResource):
+    """Base of the service components; subclasses call `_deploy` then `register_outputs`.
+
+    Attributes: `service_name` (its Service's name, or None), `migration` (its migration Job, or
+    None), `deployment`."""
+
+    def __init__(self, type_: str, name: str, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(type_, name, None, opts)
+        self.service_name: Optional[pulumi.Output[str]] = None
+        self.migration: Optional[k8s.batch.v1.Job] = None
+
+    def _deploy(
+        self,
+        name: str,
+        spec: ServiceSpec,
+        namespace: pulumi.Input[str],
+        migration: Optional[TaskSpec] = None,
+        pruner: Optional[tuple[TaskSpec, str]] = None,
+        start_after: Sequence[pulumi.Resource] = (),
+    ) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        self.spec = spec
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=metadata(spec.name, namespace, COMPONENT),
+            automount_service_account_token=spec.api_access,
+            opts=child,
+        )
+        config_text = pulumi.Output.from_input(spec.config).apply(render_config)
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=metadata(spec.name, namespace, COMPONENT),
+            data={CONFIG_FILE: config_text},
+            opts=child,
+        )
+        config_map_name = config_map.metadata.name
+        # Reading the names from the objects makes Pulumi create them before the pods.
+        account_name = account.metadata.name
+
+        if migration is not None:
+            # pulumi-kubernetes waits for a Job to complete, so whatever depends on it starts after.
+            self.migration = k8s.batch.v1.Job(
+                f"{name}-migration",
+                **job(migration, spec, namespace, config_map_name, account_name),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(start_after)),
+            )
+
+        waits = [self.migration] if self.migration is not None else list(start_after)
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deploy",
+            **deployment(spec, namespace, config_map_name, config_text.apply(checksum), account_name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+        )
+
+        if spec.service:
+            svc = k8s.core.v1.Service(f"{name}-svc", **service(spec, namespace), opts=child)
+            self.service_name = svc.metadata.name
+
+        if pruner is not None:
+            task, schedule = pruner
+            k8s.batch.v1.CronJob(
+                f"{name}-pruner",
+                **cron_job(task, schedule, spec, namespace, config_map_name, account_name),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+            )

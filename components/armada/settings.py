@@ -1,0 +1,277 @@
+"""Typed settings of the Armada installation (stack key `cloudstation:platform.armada`).
+
+Each service has its own settings model; `ArmadaConfig` composes them with the dependencies
+(PostgreSQL, Redis, Pulsar: their models live beside their components) and the queues.
+Cross-field rules (executor pools must be scheduler pools, G5 in armada/NOTES.md) are checked
+here so a bad stack file fails before any resource is registered.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from components.k8s import Resources
+from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
+from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem
+from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs, unique_queue_names
+from components.pulsar import PulsarSettings
+from components.redis import RedisSettings
+
+DNS_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+CRON = r"^(@(hourly|daily|weekly|monthly|yearly|annually|midnight)|(\S+\s+){4}\S+)$"
+"""A Kubernetes CronJob schedule: five fields or one of the @ macros."""
+
+SERVICE_RESOURCES = Resources(cpu_request="200m", memory_request="512Mi", cpu_limit="300m", memory_limit="1Gi")
+"""Upstream Helm defaults of every Armada service (armada/NOTES.md §12)."""
+
+JOB_RESOURCES = Resources(cpu_request="100m", memory_request="128Mi", cpu_limit="200m", memory_limit="256Mi")
+"""Upstream Helm defaults of the migration Jobs (armada/NOTES.md §12)."""
+
+
+class ServiceSettings(ConfigModel):
+    """What every Armada service has: replicas, resources and a free-form config override."""
+
+    replicas: int = Field(default=1, ge=1, le=10)
+    resources: Resources = SERVICE_RESOURCES
+    """Requests and limits (default: upstream Helm's 200m/512Mi -> 300m/1Gi)."""
+    extra: dict[str, Any] = {}
+    """Deep-merged over the generated override config (Armada's own camelCase keys)."""
+
+
+class PruningSettings(ConfigModel):
+    """A database pruning CronJob."""
+
+    enabled: bool = True
+    schedule: str = Field(default="@hourly", pattern=CRON)
+    """CronJob schedule (five fields or @hourly/@daily/...)."""
+
+
+class ServerSettings(ServiceSettings):
+    """The Armada API server (gRPC 50051, REST 8080)."""
+
+    public_rest_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    """The server's REST URL as users' browsers reach it (Lookout calls it from the browser);
+    unset means the in-cluster address, which suits port-forwarding only."""
+    public_grpc_address: Optional[str] = Field(default=None, pattern=r"^[^\s/:]+:[0-9]{1,5}$")
+    """`host:port` of the gRPC API as users reach it, for the armadactl config output."""
+
+
+class SchedulerSettings(ServiceSettings):
+    """The scheduler; `pools` are the pools it schedules (every executor's pool must be one)."""
+
+    replicas: int = 1
+    """Only 1: more replicas need `leader.mode: kubernetes` and Lease RBAC (G10)."""
+    pools: list[DnsLabel] = Field(default=["default"], min_length=1)
+    """Pools the scheduler schedules; every executor's pool must be one of them (G5)."""
+    pruning: PruningSettings = PruningSettings()
+    restrict_grpc: bool = True
+    """A NetworkPolicy lets only the server and the executors call the scheduler's gRPC API
+    (executors authenticate anonymously, so reaching it is what allows leasing jobs)."""
+    expire_after: str = Field(default="2h", pattern=r"^[0-9]+(s|m|h)$")
+    """Pruner: how long finished jobs are kept in the scheduler database."""
+
+    @field_validator("replicas")
+    @classmethod
+    def _one(cls, value: int) -> int:
+        if value != 1:
+            raise problem(
+                "must be 1: more schedulers need leader election (leader.mode kubernetes and Lease RBAC), "
+                "which this installation does not set up (armada/NOTES.md G10)"
+            )
+        return value
+
+
+class ExecutorSettings(ServiceSettings):
+    """One executor: leases jobs of its pool from the scheduler and runs them as pods.
+
+    It runs in the stack's cluster (the stack's Kubernetes provider); jobs go to the namespaces
+    they are submitted to (create them with `jobNamespaces`)."""
+
+    name: ShortDnsLabel
+    """Executor (cluster) id, unique; also the Kubernetes name suffix `armada-executor-<name>`."""
+    pool: DnsLabel = "default"
+    """The pool this executor's nodes belong to; must be one of the scheduler's pools."""
+    cluster_id: Optional[DnsLabel] = None
+    """Armada's `application.clusterId`; unset means `name`."""
+    replicas: int = 1
+    """Only 1: Armada runs one executor per cluster (G10)."""
+
+    @field_validator("replicas")
+    @classmethod
+    def _one(cls, value: int) -> int:
+        if value != 1:
+            raise problem("must be 1: Armada runs one executor per cluster (armada/NOTES.md G10)")
+        return value
+
+
+class LookoutSettings(ServiceSettings):
+    """The Lookout UI and its REST API (port 10000)."""
+
+    pruning: PruningSettings = PruningSettings()
+    public_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s/]+$")
+    """Lookout's origin as users' browsers reach it (scheme://host[:port]); allowed as a CORS
+    origin on the server. Unset means the in-cluster address."""
+    title: str = "CloudStation"
+    """Title shown in the Lookout UI."""
+
+
+class BinocularsSettings(ServiceSettings):
+    """Binoculars (job logs and node cordon for Lookout); optional."""
+
+    enabled: bool = False
+    public_url: Optional[str] = Field(default=None, pattern=r"^https?://\S+$")
+    """Binoculars' URL as browsers reach it (may contain `{CLUSTER_ID}`); unset = in-cluster."""
+
+
+PERMISSIONS = (
+    "submit_any_jobs", "cancel_any_jobs", "preempt_any_jobs", "reprioritize_any_jobs", "watch_all_events",
+    "create_queue", "delete_queue", "cordon_queue", "cordon_nodes", "execute_jobs", "update_executor_settings",
+    "create_retry_policy", "update_retry_policy", "delete_retry_policy",
+)
+"""Armada's permissions (armada/NOTES.md §9)."""
+
+EVERYONE = "everyone"
+"""The group of every principal, including the anonymous one (NOTES §9)."""
+
+
+class AuthSettings(ConfigModel):
+    """Authentication and permissions of the server and scheduler (both refuse to start without)."""
+
+    anonymous: bool = True
+    """Accept unauthenticated calls as principal `anonymous` in group `everyone`. The API is only
+    reachable in-cluster unless you expose it; other methods can be added with `extra`."""
+    permission_group_mapping: dict[str, list[str]] = {
+        permission: [EVERYONE]
+        for permission in (
+            "submit_any_jobs", "create_queue", "delete_queue", "cancel_any_jobs", "reprioritize_any_jobs",
+            "preempt_any_jobs", "watch_all_events", "update_executor_settings",
+        )
+    }
+    """Server permissions -> groups allowed them."""
+    executor_groups: list[str] = Field(default=[EVERYONE], min_length=1)
+    """Groups allowed `execute_jobs` on the scheduler (the executors' principal must be in one)."""
+
+    @field_validator("permission_group_mapping")
+    @classmethod
+    def _known_permissions(cls, mapping: dict[str, list[str]]) -> dict[str, list[str]]:
+        for permission in mapping:
+            if permission not in PERMISSIONS:
+                raise problem(f"unknown permission; allowed: {', '.join(PERMISSIONS)}", f".{permission}", permission)
+        return mapping
+
+
+class PriorityClassSettings(ConfigModel):
+    priority: int = Field(ge=0, le=1_000_000_000)
+    """Both the scheduler's priority and the Kubernetes PriorityClass value."""
+    preemptible: bool
+
+
+class DatabaseNames(ConfigModel):
+    """PostgreSQL databases; distinct names let stacks share an external server."""
+
+    scheduler: str = Field(default="scheduler", pattern=POSTGRES_IDENTIFIER)
+    lookout: str = Field(default="lookout", pattern=POSTGRES_IDENTIFIER)
+
+
+class PulsarTopics(ConfigModel):
+    """Pulsar topics (short names resolve to persistent://public/default/<name>)."""
+
+    events: DnsLabel = "events"
+    control_plane: DnsLabel = "control-plane"
+
+
+class ArmadaConfig(ConfigModel):
+    """The Armada batch scheduler and its services."""
+
+    enabled: bool = True
+    namespace: DnsLabel = "armada"
+    """Namespace of the Armada services."""
+    job_namespaces: list[DnsLabel] = Field(default=["armada-jobs"], min_length=1)
+    """Namespaces created for Armada jobs (the executors run pods there)."""
+    server: ServerSettings = ServerSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    scheduler_ingester: ServiceSettings = ServiceSettings()
+    executors: list[ExecutorSettings] = Field(default=[ExecutorSettings(name="default")], min_length=1)
+    """One executor per worker cluster / pool."""
+    lookout: LookoutSettings = LookoutSettings()
+    lookout_ingester: ServiceSettings = ServiceSettings()
+    event_ingester: ServiceSettings = ServiceSettings()
+    binoculars: BinocularsSettings = BinocularsSettings()
+    job_resources: Resources = JOB_RESOURCES
+    """Resources of the migration Jobs and the pruning CronJobs."""
+    job_namespace_pod_security: Literal["restricted", "baseline"] = "restricted"
+    """Pod Security Standard enforced in `jobNamespaces` (jobs are users' pods)."""
+    auth: AuthSettings = AuthSettings()
+    priority_classes: dict[str, PriorityClassSettings] = {
+        # Armada's scheduler defaults (config/scheduler/config.yaml).
+        "armada-default": PriorityClassSettings(priority=1000, preemptible=False),
+        "armada-preemptible": PriorityClassSettings(priority=1000, preemptible=True),
+    }
+    """Scheduler priority classes; each also becomes a Kubernetes PriorityClass."""
+    databases: DatabaseNames = DatabaseNames()
+    topics: PulsarTopics = PulsarTopics()
+    redis_db: int = Field(default=1, ge=0, le=15)
+    """Redis database of the job-set events (server eventsApiRedis = event ingester redis)."""
+    postgres: PostgresSettings = PostgresSettings(username="armada", database="lookout")
+    """PostgreSQL of the `scheduler` and `lookout` databases: `managed` or `external`
+    (components/postgres.py); its Job creates both databases."""
+    postgres_ssl_mode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "disable"
+    """libpq `sslmode` of the services' PostgreSQL connections (e.g. `require` for a cloud database)."""
+    redis: RedisSettings = RedisSettings()
+    """Redis of the job-set events: `managed` (one instance) or `external` (components/redis.py)."""
+    pulsar: PulsarSettings = PulsarSettings()
+    """Pulsar: `managed` standalone broker (small/test) or `external` cluster (components/pulsar.py)."""
+    queues: list[QueueArgs] = []
+    """Armada queues managed as Pulumi resources (docs/armada-queues.md)."""
+    project_queue: ProjectQueueSettings = ProjectQueueSettings()
+    """The build queue `<project>-builds` every CloudStation project gets."""
+    queue_api: QueueApiSettings = QueueApiSettings()
+    """How `pulumi up` reaches the server's REST API to manage queues."""
+
+    @field_validator("queues")
+    @classmethod
+    def _unique_queues(cls, queues: list[QueueArgs]) -> list[QueueArgs]:
+        return unique_queue_names(queues)
+
+    # Dependencies (`postgres`, `redis`, `pulsar`) and `queues` are composed here from their
+    # components' settings models.
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _default_class_present(cls, classes: dict[str, PriorityClassSettings]) -> dict[str, PriorityClassSettings]:
+        # The scheduler's defaultPriorityClassName and the server's default are armada-default.
+        for name in classes:
+            if not DNS_NAME.match(name) or len(name) > 63:
+                raise problem("must be a Kubernetes PriorityClass name (DNS label)", f".{name}", name)
+        if "armada-default" not in classes:
+            raise problem(
+                "must define armada-default (Armada's default priority class); defined: " + ", ".join(classes)
+            )
+        return classes
+
+    @field_validator("executors")
+    @classmethod
+    def _unique_executors(cls, executors: list[ExecutorSettings]) -> list[ExecutorSettings]:
+        seen: set[str] = set()
+        for index, executor in enumerate(executors):
+            if executor.name in seen:
+                raise problem("executor names must be unique", f"[{index}].name", executor.name)
+            seen.add(executor.name)
+        return executors
+
+    @model_validator(mode="after")
+    def _executor_pools_are_scheduled(self) -> "ArmadaConfig":
+        # G5: a pool the scheduler does not list never gets jobs, silently.
+        pools = self.scheduler.pools
+        for index, executor in enumerate(self.executors):
+            if executor.pool not in pools:
+                raise problem(
+                    f"executor '{executor.name}' uses pool '{executor.pool}', which is not a scheduler pool; "
+                    f"allowed pools (armada.scheduler.pools): {', '.join(pools)}",
+                    subpath=f".executors[{index}].pool",
+                    value=executor.pool,
+                )
+        return self

@@ -1,0 +1,235 @@
+"""Pure builders of the Kubernetes objects every Armada service shares: pod template,
+Deployment, Service, the Job and CronJob that run a service's binary with its config.
+
+All Armada images run as user `armada` (uid 1000, gid 2000, NOTES §13) from WORKDIR /app, where
+the binary and its default config live. We assume (upstream does not document it) that the Go
+binaries write nothing but temporary files, so the root filesystem is read-only and /tmp is an
+emptyDir; the override config is a read-only ConfigMap volume at /config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from components.armada.config import CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, go_memory_limit_env
+from components.k8s import Resources, container_security, http_probe, labels, metadata, pod_security, selector_labels
+
+ARMADA_UID = 1000
+ARMADA_GID = 2000
+COMPONENT = "armada"
+HEALTH_PATH = "/health"
+SCHEDULER_CLIENT = {"armada.cloudstation.io/scheduler-client": "true"}
+"""Pod label of the services allowed to call the scheduler's gRPC API (server, executors)."""
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One Armada service as it runs: everything its objects are built from."""
+
+    name: str
+    """Kubernetes name of the ServiceAccount, ConfigMap, Deployment and Service."""
+    image: str
+    args: list[str]
+    """Container args (the image's ENTRYPOINT is the binary)."""
+    config: dict
+    """The override config (may hold pulumi Outputs)."""
+    ports: dict[str, int]
+    resources: Resources
+    replicas: int = 1
+    env: list[dict] = field(default_factory=list)
+    health: bool = False
+    """Whether the service serves GET /health on its `http` port (probes)."""
+    service: bool = True
+    """Whether it gets a ClusterIP Service (ingesters are only scraped, they get none)."""
+    api_access: bool = False
+    """Whether the pod needs a Kubernetes API token (executor, binoculars)."""
+    termination_grace_seconds: Optional[int] = None
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    """Extra labels of its pods (e.g. SCHEDULER_CLIENT)."""
+
+
+def config_args(*before: str) -> list[str]:
+    return [*before, "--config", CONFIG_PATH]
+
+
+def volumes(config_map: Any) -> list[dict]:
+    return [
+        {"name": "config", "configMap": {"name": config_map, "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}]}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+    ]
+
+
+def volume_mounts() -> list[dict]:
+    return [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+
+
+def container(
+    name: str,
+    image: str,
+    args: list[str],
+    env: list[dict],
+    resources: Resources,
+    ports: Optional[dict[str, int]] = None,
+    health: bool = False,
+) -> dict:
+    spec = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": list(args),
+        "env": [*env, go_memory_limit_env()],
+        "resources": resources.spec(),
+        "securityContext": container_security(read_only_root=True),
+        "volumeMounts": volume_mounts(),
+    }
+    if ports:
+        spec["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
+    if health:
+        # /health answers 204 once started (about 10 s), 503 otherwise (NOTES §1).
+        spec["readinessProbe"] = http_probe(HEALTH_PATH, "http", initial_delay=5, period=10, failures=2)
+        spec["livenessProbe"] = http_probe(HEALTH_PATH, "http", initial_delay=20, period=10, failures=3)
+    return spec
+
+
+def pod_spec(
+    service_account: Any,
+    config_map: Any,
+    containers: list[dict],
+    api_access: bool = False,
+    restart_policy: Optional[str] = None,
+    termination_grace_seconds: Optional[int] = None,
+) -> dict:
+    spec = {
+        "serviceAccountName": service_account,
+        "automountServiceAccountToken": api_access,
+        # Service links would inject ARMADA_<SERVICE>_PORT=tcp://... for every Service named
+        # armada-*, and Armada reads ARMADA_* variables as config overrides (NOTES §2).
+        "enableServiceLinks": False,
+        "securityContext": pod_security(ARMADA_UID, ARMADA_GID, fs_group=ARMADA_GID),
+        "containers": containers,
+        "volumes": volumes(config_map),
+    }
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    if termination_grace_seconds is not None:
+        spec["terminationGracePeriodSeconds"] = termination_grace_seconds
+    return spec
+
+
+def service_container(spec: ServiceSpec) -> dict:
+    return container(spec.name, spec.image, spec.args, spec.env, spec.resources, spec.ports, spec.health)
+
+
+def deployment(
+    spec: ServiceSpec, namespace: Any, config_map: Any, config_checksum: Any, service_account: Any = None
+) -> dict:
+    """The Deployment's metadata and spec; the checksum annotation rolls pods on config changes."""
+    return {
+        "metadata": metadata(spec.name, namespace, COMPONENT),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(spec.name)},
+            "template": {
+                "metadata": {
+                    "labels": {**labels(spec.name, COMPONENT), **spec.pod_labels},
+                    "annotations": {"cloudstation.io/config-checksum": config_checksum},
+                },
+                "spec": pod_spec(
+                    service_account or spec.name,
+                    config_map,
+                    [service_container(spec)],
+                    api_access=spec.api_access,
+                    termination_grace_seconds=spec.termination_grace_seconds,
+                ),
+            },
+        },
+    }
+
+
+def service(spec: ServiceSpec, namespace: Any) -> dict:
+    return {
+        "metadata": metadata(spec.name, namespace, COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(spec.name),
+            "ports": [
+                {"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in spec.ports.items()
+            ],
+        },
+    }
+
+
+def scheduler_network_policy(spec: ServiceSpec, namespace: Any) -> dict:
+    """Only the server and the executors may call the scheduler's gRPC API: with anonymous auth,
+    any pod reaching it could lease jobs. Its HTTP (health) and metrics ports stay open."""
+    return {
+        "metadata": metadata(spec.name, namespace, COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(spec.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": SCHEDULER_CLIENT}}],
+                    "ports": [{"port": spec.ports["grpc"], "protocol": "TCP"}],
+                },
+                {
+                    "ports": [
+                        {"port": port, "protocol": "TCP"} for name, port in spec.ports.items() if name != "grpc"
+                    ]
+                },
+            ],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A run-to-completion use of a service's binary and config (migration, pruning)."""
+
+    name: str
+    args: list[str]
+    resources: Resources
+    backoff_limit: int = 3
+    deadline_seconds: int = 900
+
+
+def job_spec(task: TaskSpec, service: ServiceSpec, config_map: Any, service_account: Any = None) -> dict:
+    return {
+        "backoffLimit": task.backoff_limit,
+        "activeDeadlineSeconds": task.deadline_seconds,
+        "template": {
+            "metadata": {"labels": labels(task.name, COMPONENT)},
+            "spec": pod_spec(
+                service_account or service.name,
+                config_map,
+                [container(task.name, service.image, task.args, service.env, task.resources)],
+                restart_policy="Never",
+            ),
+        },
+    }
+
+
+def job(task: TaskSpec, service: ServiceSpec, namespace: Any, config_map: Any, service_account: Any = None) -> dict:
+    return {
+        "metadata": metadata(task.name, namespace, COMPONENT),
+        "spec": job_spec(task, service, config_map, service_account),
+    }
+
+
+def cron_job(
+    task: TaskSpec, schedule: str, service: ServiceSpec, namespace: Any, config_map: Any, service_account: Any = None
+) -> dict:
+    return {
+        "metadata": metadata(task.name, namespace, COMPONENT),
+        "spec": {
+            "schedule": schedule,
+            # A prune that overruns its interval must not start a second one.
+            "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": job_spec(task, service, config_map, service_account)},
+        },
+    }

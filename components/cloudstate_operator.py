@@ -1,0 +1,239 @@
+"""The CloudState operator: the last release (Scala, `cloudstateio/cloudstate-operator:0.6.0`),
+installed the way its upstream descriptor does, converted to current Kubernetes APIs.
+
+Differences from upstream `cloudstate.yaml` (reference cloudstate/NOTES.md §2.1, §5), each on purpose:
+- CRDs are `apiextensions.k8s.io/v1` with structural schemas (components/cloudstate_crds.py);
+  RBAC is `rbac.authorization.k8s.io/v1`.
+- The ClusterRoleBinding's subject is the namespace the operator actually runs in (upstream
+  hard-codes `cloudstate`, cloudstate issue #123).
+- The operator config pins every proxy image (upstream: `latest`) and watches exactly the listed
+  namespaces (upstream: `*`).
+- The Deployment meets the restricted Pod Security Standard and has requests and limits.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from components import cloudstate_crds as crds
+from components import k8s as kb
+from components.model import ConfigModel, DnsLabel
+from infra import versions
+
+NAME = "cloudstate-operator"
+CONFIG_MAP = "cloudstate-operator-config"
+CLUSTER_ROLE = "cloudstate-operator-role"
+UID = 1001
+"""sbt-native-packager's daemon user in the operator image (`USER 1001:0`); its files belong to group 0."""
+
+PROXY_IMAGES = {
+    "cassandra": "cloudstate-proxy-cassandra",
+    "postgres": "cloudstate-proxy-postgres",
+    "no-store": "cloudstate-proxy-no-store",
+    "in-memory": "cloudstate-proxy-in-memory",
+}
+"""Operator config key (`cloudstate.operator.proxy.image.<key>`) -> infra/versions.py image."""
+
+CLUSTER_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["services", "pods"],
+        "verbs": ["get", "create", "delete", "patch", "update", "watch", "list"],
+    },
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "deployments/scale"],
+        "verbs": ["get", "create", "delete", "patch", "update", "watch", "list"],
+    },
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["rolebindings", "roles"],
+        "verbs": ["get", "create", "delete", "patch", "update"],
+    },
+    {"apiGroups": [crds.GROUP], "resources": ["statefulstores", "statefulservices"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [crds.GROUP],
+        "resources": ["statefulstores/status", "statefulservices/status"],
+        "verbs": ["update", "patch"],
+    },
+]
+"""Exactly upstream's ClusterRole (reference §2.1 table), nothing wider."""
+
+
+class CloudStateArgs(ConfigModel):
+    """CloudState settings (stack key `cloudstation:platform.cloudstate`)."""
+
+    extra_watched_namespaces: list[DnsLabel] = []
+    """Namespaces of ANOTHER stack on the same cluster whose entities this stack's operator must
+    run (the owning stack lists the other stack's platform and project namespaces). Only allowed
+    when this stack owns the cluster resources."""
+    operator_resources: kb.Resources = kb.Resources(
+        cpu_request="100m", memory_request="256Mi", cpu_limit="500m", memory_limit="256Mi"
+    )
+    operator_java_opts: str = Field(default="-Xms128m -Xmx128m", pattern=r"^(-X\S+)( -X\S+)*$")
+    """JVM options of the operator (upstream default); keep the heap well below the memory limit."""
+    sidecar_resources: kb.Resources = kb.Resources(
+        cpu_request="400m", memory_request="512Mi", cpu_limit="1", memory_limit="512Mi"
+    )
+    """The CloudState proxy sidecar of every entity pod (upstream requests, plus a CPU limit)."""
+    sidecar_jvm_memory: str = Field(default="256m", pattern=r"^[0-9]+[mMgG]$")
+    """Heap of the proxy sidecar (-Xms/-Xmx)."""
+    entity_resources: kb.Resources = kb.Resources(
+        cpu_request="100m", memory_request="128Mi", cpu_limit="500m", memory_limit="256Mi"
+    )
+    """The user-function container of every entity pod."""
+
+
+@dataclass(frozen=True)
+class OperatorArgs:
+    settings: CloudStateArgs
+    namespace: pulumi.Input[str]
+    """Where the operator runs (the platform namespace); its ServiceAccount is bound there."""
+    watch_namespaces: Sequence[str]
+    """Exactly the namespaces whose StatefulStores and StatefulServices it reconciles."""
+    image_mirror: Optional[str] = None
+
+
+# --- pure builders ---------------------------------------------------------------------------
+
+
+def proxy_images(mirror: Optional[str] = None) -> dict[str, str]:
+    return {key: versions.image(image, mirror) for key, image in PROXY_IMAGES.items()}
+
+
+def operator_config(watch_namespaces: Sequence[str], images: dict[str, str]) -> str:
+    """The HOCON the operator reads from its ConfigMap (key `config`); JSON values are valid HOCON."""
+    watched = sorted(set(watch_namespaces))
+    if not watched or "*" in watched:
+        raise ValueError("the operator must watch an explicit, non-empty list of namespaces")
+    lines = [
+        "cloudstate.operator {",
+        f"  watch.namespaces = {json.dumps(watched)}",
+        "  proxy.image {",
+        *[f"    {key} = {json.dumps(images[key])}" for key in sorted(images)],
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_operator_config(text: str) -> dict:
+    """The two settings back out of `operator_config` text (for tests and `infra` checks)."""
+    watched: list[str] = []
+    images: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(" = ")
+        if not sep:
+            continue
+        if key == "watch.namespaces":
+            watched = json.loads(value)
+        else:
+            images[key] = json.loads(value)
+    return {"watch.namespaces": watched, "proxy.image": images}
+
+
+def operator_pod_spec(image: str, settings: CloudStateArgs) -> dict:
+    return {
+        "serviceAccountName": NAME,
+        "securityContext": kb.pod_security(UID, run_as_group=0),
+        "containers": [
+            {
+                "name": "operator",
+                "image": image,
+                "env": [
+                    {"name": "JAVA_OPTS", "value": settings.operator_java_opts},
+                    {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "CONFIG_MAP", "value": CONFIG_MAP},
+                ],
+                "resources": settings.operator_resources.spec(),
+                # No probes: the operator serves no HTTP endpoint (it only watches the API server).
+                "securityContext": kb.container_security(read_only_root=True, run_as_user=UID),
+                # The JVM writes hsperfdata and temporary files under /tmp.
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+    }
+
+
+# --- component -------------------------------------------------------------------------------
+
+
+class CloudStateOperator(pulumi.ComponentResource):
+    """Outputs: `crds` (the two CRD resources; custom resources must depend on them),
+    `deployment` (the operator), `ready` (both, for depends_on)."""
+
+    def __init__(self, name: str, args: OperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:cloudstate:Operator", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.crds = [
+            k8s.apiextensions.v1.CustomResourceDefinition(
+                f"{name}-{crd['spec']['names']['plural']}",
+                metadata=crd["metadata"],
+                spec=crd["spec"],
+                opts=child,
+            )
+            for crd in crds.crds()
+        ]
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-account", metadata=kb.metadata(NAME, args.namespace, "cloudstate-operator"), opts=child
+        )
+        config = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=kb.metadata(CONFIG_MAP, args.namespace, "cloudstate-operator"),
+            data={"config": operator_config(args.watch_namespaces, proxy_images(args.image_mirror))},
+            opts=child,
+        )
+        subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": args.namespace}]
+        config_reader = k8s.rbac.v1.Role(
+            f"{name}-config-reader",
+            metadata=kb.metadata("cloudstate-operator-config-reader", args.namespace, "cloudstate-operator"),
+            rules=[{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch"], "resourceNames": [CONFIG_MAP]}],
+            opts=child,
+        )
+        config_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-config-reader-binding",
+            metadata=kb.metadata("cloudstate-operator-config-reader-binding", args.namespace, "cloudstate-operator"),
+            subjects=subject,
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cloudstate-operator-config-reader"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config_reader]),
+        )
+        cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-cluster-role", metadata=kb.metadata(CLUSTER_ROLE, None, "cloudstate-operator"), rules=CLUSTER_RULES,
+            opts=child,
+        )
+        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-cluster-role-binding",
+            metadata=kb.metadata(NAME, None, "cloudstate-operator"),
+            subjects=subject,
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role]),
+        )
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=kb.metadata(NAME, args.namespace, "cloudstate-operator"),
+            spec={
+                "replicas": 1,
+                # Two operators would reconcile the same resources at once.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": kb.selector_labels(NAME)},
+                "template": {
+                    "metadata": {
+                        "labels": kb.labels(NAME, "cloudstate-operator"),
+                        "annotations": {"sidecar.istio.io/inject": "false"},
+                    },
+                    "spec": operator_pod_spec(versions.image("cloudstate-operator", args.image_mirror), args.settings),
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*self.crds, account, config, config_binding, cluster_binding]
+            ),
+        )
+        self.ready: list[pulumi.Resource] = [*self.crds, self.deployment]
+        self.register_outputs({"crds": [c.metadata.name for c in self.crds], "deployment": self.deployment.metadata.name})

@@ -1,0 +1,341 @@
+"""PostgreSQL for the platform: a managed single-server StatefulSet, or an external server.
+
+Both modes give callers the same thing: `host`, `port` and a Secret (`secret_name`) in the
+caller's namespace with keys `username`, `password` and `database`; and, when asked, extra
+databases created by an idempotent Job (Armada needs `scheduler` and `lookout`).
+
+- managed: the official `postgres` image (alpine, uid 70) with PGDATA on a PersistentVolumeClaim,
+  a generated password, a headless Service for the StatefulSet and a client Service.
+- external: `host`/`port` from config; the credentials are copied from an existing Secret named in
+  config (any namespace), because the namespaces that use them are created by this same program.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+from pydantic import Field, model_validator
+
+from components import k8s as kb
+from components.model import ConfigModel, DnsLabel, problem
+from infra import versions
+
+PORT = 5432
+UID = 70
+"""The `postgres` user of the official alpine image."""
+
+IDENTIFIER = r"^[a-z_][a-z0-9_]{0,62}$"
+"""A PostgreSQL identifier we never need to quote."""
+
+SECRET_KEYS = ("username", "password", "database")
+
+DEFAULT_RESOURCES = kb.Resources(cpu_request="250m", memory_request="256Mi", cpu_limit="1", memory_limit="1Gi")
+
+
+class SecretRef(ConfigModel):
+    """An existing Secret (with keys `username` and `password`) in any namespace."""
+
+    namespace: DnsLabel
+    name: DnsLabel
+
+
+class PostgresSettings(ConfigModel):
+    """How a PostgreSQL server runs (stack config). `managed` deploys one; `external` uses yours."""
+
+    mode: Literal["managed", "external"] = "managed"
+    database: str = Field(default="cloudstate", pattern=IDENTIFIER)
+    """Database the credentials Secret names (created by the managed server, or by the Job)."""
+    username: str = Field(default="cloudstate", pattern=IDENTIFIER)
+    """managed: the owner role (its password is generated). external: taken from the Secret."""
+    storage: kb.Storage = kb.Storage()
+    """managed: the data volume."""
+    resources: kb.Resources = DEFAULT_RESOURCES
+    """managed: the server's requests and limits."""
+    host: Optional[str] = Field(default=None, pattern=r"^[A-Za-z0-9]([-.A-Za-z0-9]*[A-Za-z0-9])?$")
+    """external: the server's DNS name or IP."""
+    port: int = Field(default=PORT, ge=1, le=65535)
+    """external: the server's port (managed always listens on 5432)."""
+    credentials_secret: Optional[SecretRef] = None
+    """external: the Secret holding `username` and `password` of a role that owns the databases."""
+    create_databases: bool = True
+    """external: create missing databases with a Job (the role needs CREATEDB); false if they exist."""
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> "PostgresSettings":
+        if self.mode == "external":
+            if self.host is None:
+                raise problem("external mode needs the server's host name", ".host", None)
+            if self.credentials_secret is None:
+                raise problem(
+                    "external mode needs an existing Secret with keys username and password: "
+                    "{namespace: <ns>, name: <secret>}",
+                    ".credentialsSecret",
+                    None,
+                )
+        else:
+            for key, value in (("host", self.host), ("credentialsSecret", self.credentials_secret)):
+                if value is not None:
+                    raise problem(f"only allowed with mode: external (mode is '{self.mode}')", f".{key}", str(value))
+        return self
+
+
+@dataclass(frozen=True)
+class PostgresArgs:
+    settings: PostgresSettings
+    namespace: pulumi.Input[str]
+    """Namespace of the server (managed), the credentials Secret and the Job."""
+    database: Optional[str] = None
+    """Overrides `settings.database` (e.g. one database per project on a shared external server)."""
+    extra_databases: tuple[str, ...] = field(default=())
+    """More databases that must exist, owned by the same role."""
+    image_mirror: Optional[str] = None
+
+
+# --- pure builders ---------------------------------------------------------------------------
+
+
+def databases_to_create(args: PostgresArgs) -> list[str]:
+    """Databases the Job creates: the extras, plus the main one on an external server."""
+    wanted = list(args.extra_databases)
+    if args.settings.mode == "external":
+        wanted.insert(0, args.database or args.settings.database)
+    seen: list[str] = []
+    for name in wanted:
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+def create_databases_script(databases: list[str]) -> str:
+    """psql input that creates each database unless it exists (idempotent; \\gexec runs the
+    generated statement only when the SELECT returns a row)."""
+    lines = []
+    for name in databases:
+        lines.append(
+            f"SELECT 'CREATE DATABASE {name}' WHERE NOT EXISTS "
+            f"(SELECT FROM pg_database WHERE datname = '{name}')\\gexec"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def credential_env(secret: str) -> list[dict]:
+    """libpq's variables, from the credentials Secret."""
+    return [
+        kb.secret_env("PGUSER", secret, "username"),
+        kb.secret_env("PGPASSWORD", secret, "password"),
+        kb.secret_env("PGDATABASE", secret, "database"),
+    ]
+
+
+def server_pod_spec(name: str, secret: str, image: str, settings: PostgresSettings) -> dict:
+    ready = ["sh", "-c", f'pg_isready -h 127.0.0.1 -p {PORT} -U "$POSTGRES_USER" -d "$POSTGRES_DB"']
+    return {
+        "securityContext": kb.pod_security(UID, UID, fs_group=UID),
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": "postgres",
+                "image": image,
+                "ports": [{"name": "postgres", "containerPort": PORT}],
+                "env": [
+                    kb.secret_env("POSTGRES_USER", secret, "username"),
+                    kb.secret_env("POSTGRES_PASSWORD", secret, "password"),
+                    kb.secret_env("POSTGRES_DB", secret, "database"),
+                    # A subdirectory: the volume's root may hold lost+found, which initdb refuses.
+                    {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"},
+                ],
+                "resources": settings.resources.spec(),
+                "securityContext": kb.container_security(read_only_root=True, run_as_user=UID),
+                "startupProbe": kb.exec_probe(ready, initial_delay=5, period=5, failures=60),
+                "readinessProbe": kb.exec_probe(ready, initial_delay=0, period=10),
+                "livenessProbe": kb.exec_probe(ready, initial_delay=0, period=20, failures=6),
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/var/lib/postgresql/data"},
+                    # Writable paths under a read-only root: the socket directory and temp files.
+                    {"name": "run", "mountPath": "/var/run/postgresql"},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "shm", "mountPath": "/dev/shm"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "run", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            # The container runtime's 64 MiB /dev/shm is too small for parallel queries.
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}},
+        ],
+    }
+
+
+def same_namespace_only(name: str, ports: list[int]) -> dict:
+    """NetworkPolicy spec: the server's pods accept connections only from pods of their own
+    namespace (its clients, its setup Job and, for Cassandra, the other nodes)."""
+    return {
+        "podSelector": {"matchLabels": kb.selector_labels(name)},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": p} for p in ports]}],
+    }
+
+
+def volume_claim(storage: kb.Storage) -> dict:
+    """The `data` volumeClaimTemplate of a StatefulSet."""
+    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
+    if storage.storage_class:
+        spec["storageClassName"] = storage.storage_class
+    return {"metadata": {"name": "data"}, "spec": spec}
+
+
+def create_databases_job_spec(name: str, secret: str, host: str, port: int, image: str, databases: list[str]) -> dict:
+    script = create_databases_script(databases)
+    return {
+        "backoffLimit": 10,
+        "template": {
+            "metadata": {"labels": kb.labels(f"{name}-databases", "database-setup")},
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "securityContext": kb.pod_security(UID, UID),
+                "enableServiceLinks": False,
+                "containers": [
+                    {
+                        "name": "create-databases",
+                        "image": image,
+                        "command": ["sh", "-c"],
+                        # Waits for the server (a new managed server takes a while), then runs the script.
+                        "args": [
+                            f"until pg_isready -h {host} -p {port}; do sleep 2; done\n"
+                            f"psql -v ON_ERROR_STOP=1 -h {host} -p {port} <<'SQL'\n{script}SQL\n"
+                        ],
+                        "env": credential_env(secret),
+                        "resources": kb.Resources(
+                            cpu_request="50m", memory_request="32Mi", cpu_limit="200m", memory_limit="128Mi"
+                        ).spec(),
+                        "securityContext": kb.container_security(read_only_root=True, run_as_user=UID),
+                    }
+                ],
+            },
+        },
+    }
+
+
+# --- component -------------------------------------------------------------------------------
+
+
+class Postgres(pulumi.ComponentResource):
+    """Outputs: `host` (Output[str]), `port` (int), `secret_name` (Output[str], keys username,
+    password, database), `service_name` (str; managed only, else None), `database` (str),
+    `ready` (resources to depend on before using the server and its databases)."""
+
+    def __init__(self, name: str, args: PostgresArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:stores:Postgres", name, None, opts)
+        settings = args.settings
+        child = pulumi.ResourceOptions(parent=self)
+        image = versions.image("postgres", args.image_mirror)
+        self.database = args.database or settings.database
+        secret_name = f"{name}-credentials"
+        encoded_database = base64.b64encode(self.database.encode()).decode()
+        self.ready: list[pulumi.Resource] = []
+
+        if settings.mode == "managed":
+            password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
+            secret = k8s.core.v1.Secret(
+                f"{name}-credentials",
+                metadata=kb.metadata(secret_name, args.namespace, "database"),
+                type="Opaque",
+                string_data={"username": settings.username, "password": password.result, "database": self.database},
+                opts=child,
+            )
+            self.service_name: Optional[str] = name
+            headless = k8s.core.v1.Service(
+                f"{name}-headless",
+                metadata=kb.metadata(f"{name}-headless", args.namespace, "database"),
+                spec={
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": kb.selector_labels(name),
+                    "ports": [{"name": "postgres", "port": PORT, "targetPort": "postgres"}],
+                },
+                opts=child,
+            )
+            service = k8s.core.v1.Service(
+                f"{name}-service",
+                metadata=kb.metadata(name, args.namespace, "database"),
+                spec={
+                    "type": "ClusterIP",
+                    "selector": kb.selector_labels(name),
+                    "ports": [{"name": "postgres", "port": PORT, "targetPort": "postgres"}],
+                },
+                opts=child,
+            )
+            statefulset = k8s.apps.v1.StatefulSet(
+                f"{name}-statefulset",
+                metadata=kb.metadata(name, args.namespace, "database"),
+                spec={
+                    "serviceName": f"{name}-headless",
+                    # One primary; PostgreSQL replication is out of scope here.
+                    "replicas": 1,
+                    "selector": {"matchLabels": kb.selector_labels(name)},
+                    "template": {
+                        "metadata": {"labels": kb.labels(name, "database")},
+                        "spec": server_pod_spec(name, secret_name, image, settings),
+                    },
+                    "volumeClaimTemplates": [volume_claim(settings.storage)],
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[secret, headless]),
+            )
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-network-policy",
+                metadata=kb.metadata(name, args.namespace, "database"),
+                spec=same_namespace_only(name, [PORT]),
+                opts=child,
+            )
+            self.host = pulumi.Output.concat(name, ".", args.namespace, ".svc.cluster.local")
+            self.port = PORT
+            self.ready += [secret, service, statefulset]
+        else:
+            ref = settings.credentials_secret
+            source = k8s.core.v1.Secret.get(f"{name}-source", f"{ref.namespace}/{ref.name}", opts=child)
+            source_data = pulumi.Output.secret(source.data)
+            secret = k8s.core.v1.Secret(
+                f"{name}-credentials",
+                metadata=kb.metadata(secret_name, args.namespace, "database"),
+                type="Opaque",
+                data=source_data.apply(
+                    lambda data: {
+                        "username": secret_value(data, "username", ref),
+                        "password": secret_value(data, "password", ref),
+                        "database": encoded_database,
+                    }
+                ),
+                opts=child,
+            )
+            self.service_name = None
+            self.host = pulumi.Output.from_input(settings.host)
+            self.port = settings.port
+            self.ready.append(secret)
+
+        self.secret_name: pulumi.Output[str] = secret.metadata.name
+        databases = databases_to_create(args)
+        if databases and (settings.mode == "managed" or settings.create_databases):
+            host = settings.host if settings.mode == "external" else f"{name}"
+            job = k8s.batch.v1.Job(
+                f"{name}-databases",
+                metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
+                spec=create_databases_job_spec(name, secret_name, host, self.port, image, databases),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready), delete_before_replace=True),
+            )
+            self.ready.append(job)
+
+        self.register_outputs(
+            {"host": self.host, "port": self.port, "secretName": self.secret_name, "database": self.database}
+        )
+
+
+def secret_value(data: Optional[dict], key: str, ref: SecretRef) -> str:
+    """One (base64) value of a copied Secret, or a clear error naming the Secret and key."""
+    if not data or key not in data:
+        raise ValueError(f"Secret {ref.namespace}/{ref.name} has no key '{key}' (needs username and password)")
+    return data[key]

@@ -1,0 +1,231 @@
+"""One CloudStation project in one environment: its namespace, pull Secret, store and one
+CloudState `StatefulService` per entity, plus what the released operator can no longer create.
+
+The Scala operator 0.6.0 builds each entity's Deployment (`<service>-deployment`: the user
+container and the `akka-sidecar` proxy), but on Kubernetes >= 1.22 it then fails: it creates the
+pod-reader Role/RoleBinding through `rbac.authorization.k8s.io/v1beta1` (skuber 2.4.0), which
+no longer exists, and it creates the entity's Service only after those succeed. So this component
+creates, per namespace, the ServiceAccount the entity pods run as (carrying the registry pull
+Secret, since the v0.5 schema has no imagePullSecrets), the pod-reader Role and RoleBinding the
+Akka cluster bootstrap needs, and per entity the Service (port 80 -> proxy 8013).
+
+The v0.5 schema has no `replicas` either, and the operator starts every Deployment at one replica
+and then keeps whatever scale it finds; a HorizontalPodAutoscaler with minReplicas = maxReplicas
+= the configured replicas sets and holds that scale (the HPA controller enforces the bounds even
+without a metrics server).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import cloudstate_crds as crds
+from components import k8s as kb
+from components.cloudstate_operator import CloudStateArgs
+from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
+from components.namespace import Namespace, NamespaceArgs
+
+SERVICE_ACCOUNT = "cloudstate-entities"
+POD_READER = "cloudstate-entities-pod-reader"
+PROXY_PORT = 8013
+USER_PORT = 8080
+ENTITY_UID = 1000
+"""The user the entity images run as (`USER 1000:1000` in their Dockerfiles)."""
+SERVICE_LABEL = "cloudstate.io/statefulService"
+"""The label the operator puts on each entity's pods (value: the StatefulService name)."""
+
+PullSecretFactory = Callable[[str, pulumi.Input[str], pulumi.ResourceOptions], pulumi.Resource]
+"""(resource name, namespace, opts) -> the registry pull Secret (infra/delivery.image_pull_secret)."""
+
+
+@dataclass(frozen=True)
+class EntityService:
+    """One entity as deployed: its StatefulService name, whether it needs the store, its image."""
+
+    service_name: str
+    needs_store: bool
+    replicas: int
+    image: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class ProjectEnvironmentArgs:
+    project: str
+    environment: str
+    namespace: str
+    """The namespace's name (`<project>-<environment>`, or the platform namespace)."""
+    entities: Sequence[EntityService]
+    store_kind: StoreKind
+    stores: StoresConfig
+    cloudstate: CloudStateArgs
+    pull_secret_name: str
+    pull_secret: PullSecretFactory
+    create_namespace: bool = True
+    """False: the namespace exists already (the platform namespace, for the project-state entity)."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """The CloudState CRDs and operator, when this stack owns them (else they exist already)."""
+    image_mirror: Optional[str] = None
+
+
+# --- pure builders ---------------------------------------------------------------------------
+
+
+def namespace_args(name: str, project: str, environment: str) -> NamespaceArgs:
+    # Enforce "baseline", not "restricted": the operator generates the entity pods and sets no
+    # securityContext on the proxy sidecar or the pod (the v0.5 schema offers no way to), so
+    # "restricted" admission would reject every entity pod. Restricted violations are still
+    # warned and audited, and every workload this program writes itself is restricted.
+    return NamespaceArgs(
+        name=name,
+        pod_security="baseline",
+        labels={"cloudstation.io/project": project, "cloudstation.io/environment": environment},
+    )
+
+
+def store_key(project: str, environment: str) -> str:
+    """Database / keyspace name of a project's journal: unique per project and environment, so
+    several of them can share one external server."""
+    return f"{project}_{environment}".replace("-", "_")
+
+
+def stateful_service_spec(
+    entity: EntityService, image: str, store_name: Optional[str], store_kind: StoreKind, keyspace: str,
+    settings: CloudStateArgs,
+) -> dict:
+    """The v0.5 StatefulService spec of one entity (Scala operator `StatefulService.Spec`)."""
+    jvm = settings.sidecar_jvm_memory
+    spec: dict = {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "containers": [
+            {
+                "name": "user-function",
+                "image": image,
+                "ports": [{"name": "user-port", "containerPort": USER_PORT}],
+                "resources": settings.entity_resources.spec(),
+                "securityContext": kb.container_security(read_only_root=True, run_as_user=ENTITY_UID),
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        "sidecarResources": settings.sidecar_resources.spec(),
+        "sidecarJvmMemory": jvm,
+    }
+    if entity.needs_store:
+        datastore: dict = {"name": store_name}
+        if store_kind == "cassandra":
+            # Required by the operator for Cassandra ("No keyspace declared for unmanaged Cassandra journal").
+            datastore["config"] = {"keyspace": keyspace}
+        spec["datastore"] = datastore
+    return spec
+
+
+def entity_service_spec(service_name: str) -> dict:
+    return {
+        "type": "ClusterIP",
+        "selector": {SERVICE_LABEL: service_name},
+        "ports": [{"name": "grpc", "port": 80, "targetPort": PROXY_PORT, "appProtocol": "kubernetes.io/h2c"}],
+    }
+
+
+def replicas_hpa_spec(service_name: str, replicas: int) -> dict:
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{service_name}-deployment"},
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "metrics": [
+            {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}
+        ],
+    }
+
+
+# --- component -------------------------------------------------------------------------------
+
+
+class ProjectEnvironment(pulumi.ComponentResource):
+    """Outputs: `namespace` (Output[str]), `services` (the StatefulService names), `store_name`
+    (None when no entity needs a store)."""
+
+    def __init__(self, name: str, args: ProjectEnvironmentArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:cloudstate:ProjectEnvironment", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if args.create_namespace:
+            namespace = Namespace(
+                f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment), child
+            )
+            ns: pulumi.Input[str] = namespace.name
+        else:
+            ns = args.namespace
+        self.namespace = pulumi.Output.from_input(ns)
+        component = "cloudstate-entity"
+
+        pull_secret = args.pull_secret(f"{name}-pull-secret", ns, child)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-entities-account",
+            metadata=kb.metadata(SERVICE_ACCOUNT, ns, component),
+            image_pull_secrets=[{"name": args.pull_secret_name}],
+            opts=child,
+        )
+        role = k8s.rbac.v1.Role(
+            f"{name}-pod-reader",
+            metadata=kb.metadata(POD_READER, ns, component),
+            rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]}],
+            opts=child,
+        )
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-pod-reader-binding",
+            metadata=kb.metadata(POD_READER, ns, component),
+            subjects=[{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}],
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": POD_READER},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
+        )
+
+        store: Optional[CloudStateStore] = None
+        if any(entity.needs_store for entity in args.entities):
+            store = CloudStateStore(
+                f"{name}-{args.store_kind}",
+                CloudStateStoreArgs(
+                    kind=args.store_kind,
+                    stores=args.stores,
+                    namespace=ns,
+                    namespace_name=args.namespace,
+                    database=store_key(args.project, args.environment),
+                    depends_on=args.depends_on,
+                    image_mirror=args.image_mirror,
+                ),
+                child,
+            )
+        self.store_name = store.store_name if store else None
+        keyspace = store_key(args.project, args.environment)
+
+        self.services: list[str] = []
+        for entity in args.entities:
+            waits = [*args.depends_on, pull_secret, account, binding, *(store.ready if store and entity.needs_store else [])]
+            k8s.apiextensions.CustomResource(
+                f"{name}-{entity.service_name}",
+                api_version=crds.API_VERSION,
+                kind="StatefulService",
+                metadata=kb.metadata(entity.service_name, ns, component),
+                spec=pulumi.Output.from_input(entity.image).apply(
+                    lambda image, entity=entity: stateful_service_spec(
+                        entity, image, self.store_name, args.store_kind, keyspace, args.cloudstate
+                    )
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+            )
+            k8s.core.v1.Service(
+                f"{name}-{entity.service_name}-service",
+                metadata=kb.metadata(entity.service_name, ns, component),
+                spec=entity_service_spec(entity.service_name),
+                opts=child,
+            )
+            k8s.autoscaling.v2.HorizontalPodAutoscaler(
+                f"{name}-{entity.service_name}-replicas",
+                metadata=kb.metadata(entity.service_name, ns, component),
+                spec=replicas_hpa_spec(entity.service_name, entity.replicas),
+                opts=child,
+            )
+            self.services.append(entity.service_name)
+        self.register_outputs({"namespace": self.namespace, "services": self.services})

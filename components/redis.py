@@ -1,0 +1,223 @@
+"""Redis for Armada's job-set events: one managed instance, or an existing one.
+
+Armada keeps only events in Redis (queues live in PostgreSQL), and the server's `eventsApiRedis`
+and the event ingester's `redis` must be the same instance and db (armada/NOTES.md §3.1, G7).
+A single Redis is the least-risk managed choice; use `external` for an HA/Sentinel install.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from components import k8s as kube
+from components.model import ConfigModel, problem
+from infra.versions import image
+
+COMPONENT = "redis"
+UID = 999
+"""The `redis` user of the official alpine image (`adduser -u 999 -G redis`, group id 1000)."""
+GID = 1000
+DATA_DIR = "/data"
+CONFIG_DIR = "/etc/redis"
+CONFIG_KEY = "redis.conf"
+PASSWORD_KEY = "password"
+SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class RedisSettings(ConfigModel):
+    """Redis (stack key `platform.armada.redis`): `managed` runs one instance with a volume,
+    `external` points at an existing one whose password is in an existing Secret."""
+
+    mode: Literal["managed", "external"] = "managed"
+    port: int = Field(default=6379, ge=1, le=65535)
+    """Port the managed Redis listens on, or the external Redis's port."""
+    resources: kube.Resources = kube.Resources(
+        cpu_request="100m", memory_request="128Mi", cpu_limit="500m", memory_limit="512Mi"
+    )
+    """managed: requests and limits of the Redis container."""
+    storage: kube.Storage = kube.Storage(size="2Gi")
+    """managed: the data volume (append-only file and snapshots)."""
+    append_only: bool = True
+    """managed: also log every write (AOF), so a restart loses at most one second of events."""
+    host: Optional[str] = Field(default=None, pattern=r"^[^\s:/]+$")
+    """external: host name or IP of the Redis server, without the port (required for external)."""
+    existing_secret: Optional[str] = Field(default=None, pattern=SECRET_NAME)
+    """external: Secret in the Armada namespace that holds the Redis password (required for external)."""
+    password_key: str = PASSWORD_KEY
+    """external: key of the password in `existingSecret`."""
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> "RedisSettings":
+        if self.mode == "external":
+            for field in ("host", "existing_secret"):
+                if getattr(self, field) is None:
+                    raise problem("required when mode is 'external' (the Redis to use)", f".{to_camel(field)}", None)
+        # A setting the chosen mode ignores is a mistake in the stack file, not something to drop.
+        ignored = EXTERNAL_ONLY if self.mode == "managed" else MANAGED_ONLY
+        for field in sorted(ignored & self.model_fields_set):
+            raise problem(
+                f"only allowed when mode is '{'external' if self.mode == 'managed' else 'managed'}'"
+                + ("; a managed Redis gets a generated password" if self.mode == "managed" else ""),
+                f".{to_camel(field)}",
+                value.model_dump(by_alias=True) if isinstance(value := getattr(self, field), ConfigModel) else value,
+            )
+        return self
+
+
+EXTERNAL_ONLY = frozenset({"host", "existing_secret", "password_key"})
+MANAGED_ONLY = frozenset({"resources", "storage", "append_only"})
+
+
+@dataclass(frozen=True)
+class RedisArgs:
+    """What the Redis component needs: its settings and where to run."""
+
+    settings: RedisSettings
+    namespace: pulumi.Input[str]
+    image_mirror: Optional[str] = None
+
+
+def redis_conf(port: int, password: str, append_only: bool) -> str:
+    """The server config file. It holds the password, so it lives in a Secret, never in args."""
+    lines = [
+        f"port {port}",
+        f"dir {DATA_DIR}",
+        f"appendonly {'yes' if append_only else 'no'}",
+        # Armada's event streams must not be evicted; a full Redis fails writes loudly instead.
+        "maxmemory-policy noeviction",
+        f"requirepass {password}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def ping_probe(port: int, initial_delay: int, failures: int) -> dict:
+    # redis-cli reads the password from REDISCLI_AUTH (set from the Secret), so it is not in the
+    # probe's command line; grep because redis-cli exits 0 on an error reply such as NOAUTH.
+    return kube.exec_probe(
+        ["sh", "-c", f"redis-cli -p {port} ping | grep -q PONG"], initial_delay=initial_delay, failures=failures
+    )
+
+
+def statefulset_spec(name: str, settings: RedisSettings, image_ref: str, secret_name: str) -> dict:
+    """The managed Redis StatefulSet's spec (pure, so tests check it without mocks)."""
+    container = {
+        "name": "redis",
+        "image": image_ref,
+        # The image's entrypoint only drops privileges when started as root; as uid 999 it execs this.
+        "args": ["redis-server", f"{CONFIG_DIR}/{CONFIG_KEY}"],
+        "ports": [{"name": "redis", "containerPort": settings.port}],
+        "env": [kube.secret_env("REDISCLI_AUTH", secret_name, PASSWORD_KEY)],
+        "resources": settings.resources.spec(),
+        "securityContext": kube.container_security(read_only_root=True),
+        "readinessProbe": ping_probe(settings.port, initial_delay=5, failures=3),
+        "livenessProbe": ping_probe(settings.port, initial_delay=20, failures=5),
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+    }
+    claim = {
+        "metadata": {"name": "data", "labels": kube.selector_labels(name)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": settings.storage.size}},
+        },
+    }
+    if settings.storage.storage_class:
+        claim["spec"]["storageClassName"] = settings.storage.storage_class
+    return {
+        "serviceName": name,
+        "replicas": 1,
+        "selector": {"matchLabels": kube.selector_labels(name)},
+        "template": {
+            "metadata": {"labels": kube.labels(name, COMPONENT)},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": {
+                    **kube.pod_security(UID, GID, fs_group=GID),
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                },
+                "containers": [container],
+                "volumes": [
+                    {
+                        "name": "config",
+                        "secret": {
+                            "secretName": secret_name,
+                            "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}],
+                            "defaultMode": 0o440,
+                        },
+                    }
+                ],
+            },
+        },
+        "volumeClaimTemplates": [claim],
+    }
+
+
+class Redis(pulumi.ComponentResource):
+    """Outputs: `host` (in-cluster DNS name), `port` (int), `secret_name` (Secret whose key
+    `password_key` holds the password; `password` for a managed Redis)."""
+
+    host: pulumi.Output[str]
+    port: int
+    secret_name: pulumi.Output[str]
+    password_key: str
+
+    def __init__(self, name: str, args: RedisArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:armada:Redis", name, None, opts)
+        settings = args.settings
+        self.port = settings.port
+        if settings.mode == "external":
+            self.host = pulumi.Output.from_input(settings.host)
+            self.secret_name = pulumi.Output.from_input(settings.existing_secret)
+            self.password_key = settings.password_key
+        else:
+            # Children do not wait for their parent's depends_on (e.g. the namespace): pass it on.
+            after = (opts.depends_on if opts else None) or []
+            self._managed(name, args, after if isinstance(after, list) else [after])
+        self.register_outputs({"host": self.host, "port": self.port, "secretName": self.secret_name})
+
+    def _managed(self, name: str, args: RedisArgs, after: list) -> None:
+        settings = args.settings
+        child = pulumi.ResourceOptions(parent=self, depends_on=after)
+        password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
+        secret = k8s.core.v1.Secret(
+            f"{name}-secret",
+            metadata=kube.metadata(name, args.namespace, COMPONENT),
+            type="Opaque",
+            string_data={
+                PASSWORD_KEY: password.result,
+                CONFIG_KEY: password.result.apply(lambda p: redis_conf(settings.port, p, settings.append_only)),
+            },
+            opts=child,
+        )
+        # Headless: the StatefulSet's governing Service; with one replica its name is also the
+        # address clients use.
+        service = k8s.core.v1.Service(
+            f"{name}-svc",
+            metadata=kube.metadata(name, args.namespace, COMPONENT),
+            spec={
+                "clusterIP": "None",
+                "selector": kube.selector_labels(name),
+                "ports": [{"name": "redis", "port": settings.port, "targetPort": "redis"}],
+            },
+            opts=child,
+        )
+        k8s.apps.v1.StatefulSet(
+            f"{name}-sts",
+            metadata=kube.metadata(name, args.namespace, COMPONENT),
+            spec=statefulset_spec(name, settings, image("redis", args.image_mirror), name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, secret, service]),
+        )
+        self.host = pulumi.Output.all(service.metadata.name, service.metadata.namespace).apply(
+            lambda parts: kube.service_dns(parts[0], parts[1])
+        )
+        self.secret_name = secret.metadata.name
+        self.password_key = PASSWORD_KEY

@@ -1,0 +1,451 @@
+"""The platform's private image registry (CNCF distribution), and the stack config that picks it.
+
+`RegistryConfig` (stack key `platform.registry`) chooses `managed` (this component, in the platform
+namespace), `shared` (the managed registry another stack runs in the same cluster; no workload) or
+`external` (any OCI registry, ECR included; no workload). docs/registry.md explains how nodes pull
+from the managed registry:
+
+    pods use  localhost:<nodePort>/<project>/<entity>:<tag>@sha256:…
+
+The Service is a NodePort, and kube-proxy (iptables mode) forwards `localhost:<nodePort>` on every
+node to the registry, so the kubelet pulls under that name over plain HTTP, which containerd and
+Docker allow for localhost only. The machine running `pulumi up` pushes under the same name through
+`kubectl port-forward svc/<registry> <nodePort>:5000`.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+import yaml
+from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
+
+from components import k8s as kube
+from components.model import ConfigModel, DnsLabel, problem
+
+PORT = 5000
+DEBUG_PORT = 5001
+"""distribution's debug server (`http.debug.addr`): /debug/health reports the storage driver's
+health without auth, whereas /v2/ answers 401 once htpasswd auth is on."""
+DATA_PATH = "/var/lib/registry"
+CONFIG_DIR = "/etc/docker/registry"
+"""Where the image's entrypoint reads config.yml."""
+AUTH_PATH = "/auth"
+RUN_AS = 1000
+"""The registry image has no user of its own; it runs fine as any uid that owns its storage."""
+PASSWORD_KEY = "registryPassword"
+"""The `secure:` config key with the external registry's password (or token)."""
+
+_HOST = r"(?P<host>[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*)"
+REGISTRY_URL = re.compile(
+    r"^((?P<scheme>https?)://)?" + _HOST + r"(:(?P<port>[0-9]{1,5}))?"
+    r"(?P<path>(/[a-z0-9]+([._-][a-z0-9]+)*)*)/?$"
+)
+PUSH_HOST = re.compile(r"^" + _HOST + r"(:(?P<port>[0-9]{1,5}))?$")
+LOOPBACK = ("localhost", "127.0.0.1")
+MODE_KEYS = {
+    "managed": ("node_port", "push_host", "storage", "resources", "node_cidrs", "load_balancer",
+                "load_balancer_source_ranges", "ingress", "username"),
+    "shared": ("node_port", "push_host", "owner_namespace"),
+    "external": ("url", "username"),
+}
+"""The mode-specific keys each mode accepts (the others apply to every mode)."""
+AUTH_SECRET_SUFFIX = "-auth"
+"""The managed registry's Secret is `<registry name>-auth` (keys htpasswd, username, password,
+http-secret); a `shared` stack reads username and password from it."""
+
+
+class RegistryIngress(ConfigModel):
+    """An Ingress for pushing from outside the cluster (e.g. CI) under a TLS host name."""
+
+    host: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$")
+    """Host name clients push to; set `pushHost` to it to push there instead of a port-forward."""
+    class_name: Optional[str] = None
+    """IngressClass; unset uses the cluster's default class."""
+    tls_secret_name: Optional[DnsLabel] = None
+    """kubernetes.io/tls Secret in the platform namespace; unset means the controller's default cert."""
+    controller_namespace: DnsLabel
+    """Namespace of the ingress controller, admitted by the registry's NetworkPolicy."""
+    annotations: dict[str, str] = {}
+    """Controller-specific settings, e.g. `nginx.ingress.kubernetes.io/proxy-body-size: "0"`
+    (image layers are larger than most controllers' default body limit)."""
+
+
+class RegistryConfig(ConfigModel):
+    """Where entity images are pushed and pulled (stack key `platform.registry`)."""
+
+    mode: Literal["managed", "shared", "external"] = "managed"
+    """`managed`: a registry in the platform namespace; `shared`: the managed registry of the other
+    stack in this cluster (exactly one stack per cluster runs it); `external`: an existing OCI registry."""
+    username: str = Field(default="cloudstation", pattern=r"^[^:\s]+$")
+    """Registry user. Managed: the htpasswd user (its password is generated). External: required
+    (`AWS` for ECR); the password is the secure key `registryPassword`. Shared: read from the
+    owner's Secret."""
+    url: Optional[str] = None
+    """External only: `[https://]host[:port][/path]`; images go to `<host>[/path]/<project>/<entity>`."""
+    node_port: int = Field(default=32000, ge=30000, le=32767)
+    """Managed and shared: the NodePort every node forwards from localhost; pods pull
+    `localhost:<nodePort>/…` (shared: the owning stack's value)."""
+    owner_namespace: Optional[DnsLabel] = None
+    """Shared: the platform namespace of the stack that runs the registry; unset means this
+    stack's own platform namespace (one platform namespace shared by both stacks)."""
+    push_host: Optional[str] = None
+    """Managed and shared: host[:port] `pulumi up` pushes to; unset means `localhost:<nodePort>`
+    through a port-forward. Set it to the Ingress or LoadBalancer address to push without one."""
+    build_platform: str = Field(default="linux/amd64", pattern=r"^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$")
+    """Platform of the entity images the test stack builds (the nodes' OS/architecture)."""
+    storage: kube.Storage = kube.Storage(size="20Gi")
+    """Managed: the registry's persistent volume."""
+    resources: kube.Resources = kube.Resources(
+        cpu_request="50m", memory_request="64Mi", cpu_limit="1", memory_limit="512Mi"
+    )
+    """Managed: the registry container's requests and limits."""
+    node_cidrs: list[IPvAnyNetwork] = []
+    """Managed: CIDRs of the nodes' IPs, admitted by the NetworkPolicy. Kubelet pulls from other
+    nodes arrive source-NATed to the pulling node's IP; set this wherever the CNI enforces policy on
+    such traffic (Calico, Cilium, ...). See docs/registry.md."""
+    load_balancer: bool = False
+    """Managed: make the Service a LoadBalancer (off: reachable only inside the cluster and via
+    the nodes' localhost)."""
+    load_balancer_source_ranges: list[IPvAnyNetwork] = []
+    """Managed: client CIDRs allowed through the LoadBalancer; required with `loadBalancer`."""
+    ingress: Optional[RegistryIngress] = None
+    """Managed: an Ingress for the registry (off by default)."""
+
+    @field_validator("url")
+    @classmethod
+    def _url_form(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        match = REGISTRY_URL.match(value)
+        if not match or (match["port"] and not 0 < int(match["port"]) < 65536):
+            raise problem(
+                "must be [https://]host[:port][/path] with a lowercase repository path, "
+                "e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/cloudstation or registry.example.com:5000"
+            )
+        if match["scheme"] == "http" and match["host"] not in LOOPBACK:
+            raise problem("plain http:// is only possible for localhost (kubelets pull over HTTPS)")
+        return value
+
+    @field_validator("push_host")
+    @classmethod
+    def _push_host_form(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not PUSH_HOST.match(value):
+            raise problem("must be host[:port] without a scheme or path, e.g. registry.example.com")
+        return value
+
+    @model_validator(mode="after")
+    def _per_mode(self, info: ValidationInfo) -> "RegistryConfig":
+        allowed = MODE_KEYS[self.mode]
+        for modes_key in sorted({k for keys in MODE_KEYS.values() for k in keys} - set(allowed)):
+            if modes_key in self.model_fields_set:
+                modes = [mode for mode, keys in MODE_KEYS.items() if modes_key in keys]
+                alias = type(self).model_fields[modes_key].alias or modes_key
+                raise problem(f"only for mode: {' or '.join(modes)}", "." + alias, _plain(getattr(self, modes_key)))
+        if self.mode == "managed" and self.load_balancer and not self.load_balancer_source_ranges:
+            raise problem(
+                "loadBalancer needs the client CIDRs it admits (the NetworkPolicy denies all others)",
+                ".loadBalancerSourceRanges",
+                [],
+            )
+        if self.mode != "external":
+            return self
+        if self.url is None:
+            raise problem("mode: external needs the registry's url", ".url", None)
+        if "username" not in self.model_fields_set:
+            raise problem("mode: external needs the registry's username (`AWS` for ECR)", ".username", None)
+        secrets = (info.context or {}).get("secrets")
+        if secrets is not None and PASSWORD_KEY not in secrets:
+            raise problem(
+                f"mode: external needs the password as a secret: "
+                f"pulumi config set --secret cloudstation:{PASSWORD_KEY} <password>",
+                f" ({PASSWORD_KEY})",
+                None,
+            )
+        return self
+
+    @property
+    def pull_host(self) -> str:
+        """host[:port] in every entity image reference (and the pull Secret's key)."""
+        if self.mode != "external":
+            return f"localhost:{self.node_port}"
+        match = REGISTRY_URL.match(self.url)
+        return match["host"] + (f":{match['port']}" if match["port"] else "")
+
+    @property
+    def repository_prefix(self) -> str:
+        """Path below the host that entity repositories go under ('' or e.g. 'team/cloudstation')."""
+        return "" if self.mode != "external" else REGISTRY_URL.match(self.url)["path"].strip("/")
+
+    @property
+    def effective_push_host(self) -> str:
+        """host[:port] the machine running `pulumi up` pushes to."""
+        if self.mode != "external" and self.push_host:
+            return self.push_host
+        return self.pull_host
+
+
+def _plain(value):
+    if isinstance(value, ConfigModel):
+        return value.model_dump(by_alias=True, mode="json")
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return value
+
+
+# --- pure builders ----------------------------------------------------------------------------
+
+
+def htpasswd(username: str, bcrypt_hash: str) -> str:
+    """An htpasswd file with one bcrypt entry (distribution accepts bcrypt only)."""
+    return f"{username}:{bcrypt_hash}\n"
+
+
+def dockerconfigjson(host: str, username: str, password: str) -> str:
+    """The `.dockerconfigjson` of a kubernetes.io/dockerconfigjson pull Secret for `host`."""
+    auth = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return json.dumps({"auths": {host: {"username": username, "password": password, "auth": auth}}}, sort_keys=True)
+
+
+def registry_settings(realm: str = "cloudstation") -> dict:
+    """distribution's config.yml (no secrets: the htpasswd file and the HTTP secret come from the
+    Secret). A file rather than REGISTRY_* variables, so that the htpasswd path and realm are not
+    mistaken for credentials in the pod spec."""
+    return {
+        "version": 0.1,
+        "log": {"level": "info", "fields": {"service": "registry"}},
+        "storage": {
+            "filesystem": {"rootdirectory": DATA_PATH},
+            "delete": {"enabled": True},
+            "cache": {"blobdescriptor": "inmemory"},
+        },
+        "http": {
+            "addr": f":{PORT}",
+            "debug": {"addr": f":{DEBUG_PORT}"},
+            "headers": {"X-Content-Type-Options": ["nosniff"]},
+        },
+        "auth": {"htpasswd": {"realm": realm, "path": f"{AUTH_PATH}/htpasswd"}},
+        "health": {"storagedriver": {"enabled": True, "interval": "10s", "threshold": 3}},
+    }
+
+
+def registry_config_yaml() -> str:
+    return yaml.safe_dump(registry_settings(), sort_keys=True)
+
+
+def deployment_spec(name: str, image: str, config: RegistryConfig) -> dict:
+    """One registry pod (filesystem storage allows one writer), replaced with Recreate."""
+    container = {
+        "name": "registry",
+        "image": image,
+        "ports": [
+            {"name": "http", "containerPort": PORT, "protocol": "TCP"},
+            {"name": "debug", "containerPort": DEBUG_PORT, "protocol": "TCP"},
+        ],
+        # Overrides http.secret (signs upload state), so that it stays out of the ConfigMap.
+        "env": [kube.secret_env("REGISTRY_HTTP_SECRET", f"{name}{AUTH_SECRET_SUFFIX}", "http-secret")],
+        "resources": config.resources.spec(),
+        "securityContext": kube.container_security(read_only_root=True),
+        "readinessProbe": kube.http_probe("/debug/health", "debug", initial_delay=2),
+        # Liveness only asks whether the server answers: a storage failure makes it unready, and
+        # restarting would not repair the volume.
+        "livenessProbe": kube.tcp_probe("http", initial_delay=10, failures=6),
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_PATH},
+            {"name": "auth", "mountPath": AUTH_PATH, "readOnly": True},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    pod_security = {**kube.pod_security(RUN_AS, fs_group=RUN_AS), "fsGroupChangePolicy": "OnRootMismatch"}
+    return {
+        "replicas": 1,
+        "strategy": {"type": "Recreate"},
+        "selector": {"matchLabels": kube.selector_labels(name)},
+        "template": {
+            "metadata": {
+                "labels": kube.labels(name, "registry"),
+                # A config change rolls the pod (a mounted ConfigMap alone would not restart it).
+                "annotations": {"cloudstation.io/config-sha256": hashlib.sha256(registry_config_yaml().encode()).hexdigest()},
+            },
+            "spec": {
+                "automountServiceAccountToken": False,
+                "securityContext": pod_security,
+                "containers": [container],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": f"{name}-data"}},
+                    {
+                        "name": "auth",
+                        "secret": {
+                            "secretName": f"{name}{AUTH_SECRET_SUFFIX}",
+                            "items": [{"key": "htpasswd", "path": "htpasswd"}],
+                            "defaultMode": 0o440,
+                        },
+                    },
+                    {"name": "config", "configMap": {"name": f"{name}-config"}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                ],
+            },
+        },
+    }
+
+
+def service_spec(name: str, config: RegistryConfig) -> dict:
+    """NodePort (or LoadBalancer, which has the same node port) for pulls via the nodes' localhost.
+
+    externalTrafficPolicy Local keeps outside clients' source IPs, so the NetworkPolicy can refuse
+    them; kube-proxy still routes the nodes' own (localhost) traffic to the pod on any node."""
+    spec = {
+        "type": "LoadBalancer" if config.load_balancer else "NodePort",
+        "externalTrafficPolicy": "Local",
+        "selector": kube.selector_labels(name),
+        "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP", "nodePort": config.node_port}],
+    }
+    if config.load_balancer:
+        spec["loadBalancerSourceRanges"] = [str(c) for c in config.load_balancer_source_ranges]
+    return spec
+
+
+def network_policy_spec(name: str, config: RegistryConfig, client_namespaces: list[str]) -> dict:
+    """Ingress to the registry port only from the platform and project namespaces, the nodes (pulls
+    through the NodePort), and the ingress controller / LoadBalancer clients when enabled; no egress
+    (filesystem storage needs none). The debug port is left to the kubelet's probes."""
+    ports = [{"port": PORT, "protocol": "TCP"}]
+    peers: list[dict] = [
+        {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(set(client_namespaces))}
+                ]
+            }
+        }
+    ]
+    peers += [{"ipBlock": {"cidr": str(cidr)}} for cidr in config.node_cidrs]
+    if config.ingress:
+        peers.append(
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": config.ingress.controller_namespace}}}
+        )
+    if config.load_balancer:
+        peers += [{"ipBlock": {"cidr": str(cidr)}} for cidr in config.load_balancer_source_ranges]
+    return {
+        "podSelector": {"matchLabels": kube.selector_labels(name)},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": peers, "ports": ports}],
+        "egress": [],
+    }
+
+
+def ingress_spec(name: str, ingress: RegistryIngress) -> dict:
+    spec: dict = {
+        "rules": [
+            {
+                "host": ingress.host,
+                "http": {
+                    "paths": [
+                        {
+                            "path": "/",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": name, "port": {"number": PORT}}},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    if ingress.class_name:
+        spec["ingressClassName"] = ingress.class_name
+    if ingress.tls_secret_name:
+        spec["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls_secret_name}]
+    return spec
+
+
+# --- the component ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegistryArgs:
+    config: RegistryConfig
+    namespace: pulumi.Input[str]
+    client_namespaces: list[str]
+    """Namespaces whose pods may reach the registry (platform and projects)."""
+    image: str
+    """Pinned distribution image (infra/versions.py)."""
+
+
+class Registry(pulumi.ComponentResource):
+    """Outputs: `service` (Service name), `username`, `password` (secret)."""
+
+    def __init__(self, name: str, args: RegistryArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:delivery:Registry", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        config = args.config
+
+        password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
+        http_secret = random.RandomPassword(f"{name}-http-secret", length=48, special=False, opts=child)
+        secret = k8s.core.v1.Secret(
+            f"{name}{AUTH_SECRET_SUFFIX}",
+            metadata=kube.metadata(f"{name}{AUTH_SECRET_SUFFIX}", args.namespace, "registry"),
+            type="Opaque",
+            string_data={
+                "htpasswd": password.bcrypt_hash.apply(lambda h: htpasswd(config.username, h)),
+                "username": config.username,
+                "password": password.result,
+                "http-secret": http_secret.result,
+            },
+            opts=child,
+        )
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=kube.metadata(f"{name}-config", args.namespace, "registry"),
+            data={"config.yml": registry_config_yaml()},
+            opts=child,
+        )
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-data",
+            metadata=kube.metadata(f"{name}-data", args.namespace, "registry"),
+            spec={
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": config.storage.size}},
+                **({"storageClassName": config.storage.storage_class} if config.storage.storage_class else {}),
+            },
+            opts=child,
+        )
+        k8s.apps.v1.Deployment(
+            f"{name}-deploy",
+            metadata=kube.metadata(name, args.namespace, "registry"),
+            spec=deployment_spec(name, args.image, config),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[secret, config_map, claim]),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-svc",
+            metadata=kube.metadata(name, args.namespace, "registry"),
+            spec=service_spec(name, config),
+            opts=child,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol",
+            metadata=kube.metadata(name, args.namespace, "registry"),
+            spec=network_policy_spec(name, config, args.client_namespaces),
+            opts=child,
+        )
+        if config.ingress:
+            k8s.networking.v1.Ingress(
+                f"{name}-ingress",
+                metadata=kube.metadata(
+                    name, args.namespace, "registry",
+                    **({"annotations": dict(config.ingress.annotations)} if config.ingress.annotations else {}),
+                ),
+                spec=ingress_spec(name, config.ingress),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+            )
+        self.service: pulumi.Output[str] = service.metadata.name
+        self.username: str = config.username
+        self.password: pulumi.Output[str] = pulumi.Output.secret(password.result)
+        self.register_outputs({"service": self.service, "password": self.password})

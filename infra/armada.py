@@ -1,0 +1,145 @@
+"""The Armada area: dependencies, every Armada service in start order, cluster prerequisites,
+job namespaces and queues (armada/NOTES.md §4, §15).
+
+Order (Pulumi waits for Jobs to complete and Deployments to be ready):
+    PostgreSQL (+ its Job creating `scheduler` and `lookout`), Redis, Pulsar
+    -> lookout migration -> lookout, lookout ingester, server (G3)
+    -> scheduler migration -> scheduler, scheduler ingester -> executors
+    -> queues (through the server's REST API)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pulumi
+import yaml
+
+from components.armada.binoculars import Binoculars
+from components.armada.cluster import ClusterPrerequisites, ClusterPrerequisitesArgs
+from components.armada.config import LOOKOUT_PORTS, SERVER_PORTS, Endpoints, armadactl_config
+from components.armada.event_ingester import EventIngester
+from components.armada.executor import Executor, ExecutorArgs
+from components.armada.lookout import Lookout
+from components.armada.lookout_ingester import LookoutIngester
+from components.armada.queue import Queues, queues_args
+from components.armada.scheduler import Scheduler
+from components.armada.scheduler_ingester import SchedulerIngester
+from components.armada.server import Server
+from components.armada.service import ArmadaArgs
+from components.namespace import Namespace, NamespaceArgs
+from components.postgres import Postgres, PostgresArgs
+from components.pulsar import Pulsar, PulsarArgs
+from components.redis import Redis, RedisArgs
+from infra.versions import image
+
+if TYPE_CHECKING:
+    from infra.program import StackContext
+
+
+def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
+    config = stack.config
+    armada = config.platform.armada
+    if not armada.enabled:
+        return {}
+    mirror = config.platform.image_mirror
+    namespace = Namespace("armada", NamespaceArgs(name=armada.namespace), stack.opts)
+    job_namespaces = [
+        Namespace(
+            f"armada-jobs-{name}",
+            NamespaceArgs(name=name, pod_security=armada.job_namespace_pod_security),
+            stack.opts,
+        )
+        for name in armada.job_namespaces
+    ]
+    # Everything below lives in the Armada namespace, so it waits for it.
+    opts = pulumi.ResourceOptions(provider=stack.provider, depends_on=[namespace])
+
+    postgres = Postgres(
+        "armada-postgres",
+        PostgresArgs(
+            settings=armada.postgres,
+            namespace=armada.namespace,
+            database=armada.databases.lookout,
+            extra_databases=(armada.databases.scheduler, armada.databases.lookout),
+            image_mirror=mirror,
+        ),
+        opts,
+    )
+    redis = Redis("armada-redis", RedisArgs(settings=armada.redis, namespace=armada.namespace, image_mirror=mirror), opts)
+    pulsar = Pulsar(
+        "armada-pulsar", PulsarArgs(settings=armada.pulsar, namespace=armada.namespace, image_mirror=mirror), opts
+    )
+
+    endpoints = Endpoints(
+        namespace=armada.namespace,
+        postgres_host=postgres.host,
+        postgres_port=postgres.port,
+        postgres_sslmode=armada.postgres_ssl_mode,
+        postgres_secret=postgres.secret_name,
+        redis_address=pulumi.Output.concat(redis.host, ":", str(redis.port)),
+        redis_secret=redis.secret_name,
+        redis_password_key=redis.password_key,
+        pulsar_url=pulsar.url,
+        pulsar_admin_url=pulsar.admin_url,
+    )
+
+    def service_args(image_name: str, start_after: list[pulumi.Resource]) -> ArmadaArgs:
+        return ArmadaArgs(armada, endpoints, image(image_name, mirror), tuple(start_after))
+
+    lookout = Lookout("armada-lookout", service_args("armada-lookout", postgres.ready), opts)
+    scheduler = Scheduler("armada-scheduler", service_args("armada-scheduler", [*postgres.ready, pulsar]), opts)
+    # G3: the server reads queues from tables the lookout migration creates.
+    server = Server("armada-server", service_args("armada-server", [lookout.migration, redis, pulsar]), opts)
+    SchedulerIngester(
+        "armada-scheduler-ingester", service_args("armada-scheduler-ingester", [scheduler.migration, pulsar]), opts
+    )
+    LookoutIngester("armada-lookout-ingester", service_args("armada-lookout-ingester", [lookout.migration, pulsar]), opts)
+    EventIngester("armada-event-ingester", service_args("armada-event-ingester", [redis, pulsar]), opts)
+
+    prerequisites: list[pulumi.Resource] = []
+    if config.platform.owns_cluster_resources:
+        cluster = ClusterPrerequisites(
+            "armada-cluster",
+            ClusterPrerequisitesArgs(priority_classes=armada.priority_classes, binoculars=armada.binoculars.enabled),
+            stack.opts,
+        )
+        prerequisites = cluster.resources
+    for executor in armada.executors:
+        after = service_args("armada-executor", [scheduler.deployment, *prerequisites, *job_namespaces])
+        Executor(f"armada-executor-{executor.name}", ExecutorArgs(**vars(after), executor=executor), opts)
+    if armada.binoculars.enabled:
+        Binoculars("armada-binoculars", service_args("armada-binoculars", list(prerequisites)), opts)
+
+    # Queues go through the server's REST API, so they need the server up (and not the
+    # Kubernetes provider: they belong to their dynamic provider).
+    queue_names = pulumi.Output.from_input([])
+    queue_settings = queues_args(config)
+    if queue_settings is not None:
+        queues = Queues("armada-queues", queue_settings, pulumi.ResourceOptions(depends_on=[server.deployment]))
+        queue_names = queues.names
+
+    grpc_address = server.service_name.apply(
+        lambda name: f"{name}.{armada.namespace}.svc.cluster.local:{SERVER_PORTS['grpc']}"
+    )
+    rest_url = server.service_name.apply(
+        lambda name: f"http://{name}.{armada.namespace}.svc.cluster.local:{SERVER_PORTS['http']}"
+    )
+    lookout_url = lookout.service_name.apply(
+        lambda name: armada.lookout.public_url
+        or f"http://{name}.{armada.namespace}.svc.cluster.local:{LOOKOUT_PORTS['http']}"
+    )
+    public_grpc = armada.server.public_grpc_address
+    armadactl = grpc_address.apply(
+        lambda address: yaml.safe_dump(
+            armadactl_config(f"cloudstation-{stack.stack}", public_grpc or address, tls=public_grpc is not None),
+            sort_keys=False,
+        )
+    )
+    return {
+        "armadaNamespace": namespace.name,
+        "armadaApiGrpc": grpc_address,
+        "armadaApiRest": rest_url,
+        "armadaLookoutUrl": lookout_url,
+        "armadactlConfig": armadactl,
+        "armadaQueues": queue_names,
+    }

@@ -1,0 +1,216 @@
+"""Delivery: the registry entity images live in, the pull Secret namespaces use, and the images.
+
+infra/cloudstation.py calls, in this order:
+
+    access = deploy_registry(stack, platform_namespace)     # managed registry or external access
+    image_pull_secret(name, access, namespace, opts)         # per namespace that runs entities
+    images = entity_images(stack, access)                    # (project, entity) -> digest-pinned ref
+    outputs = {**access.outputs, **images_output(images)}
+
+The test stack builds and pushes every entity without an `image` (components/entity_image.py);
+the prod stack never builds and deploys exactly the digest-pinned `image` of each entity.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import k8s as kube
+from components.entity_image import DOCKERFILE, EntityImage, EntityImageArgs, content_tag, generated_dockerfile
+from components.namespace import Namespace
+from components.registry import AUTH_SECRET_SUFFIX, PASSWORD_KEY, Registry, RegistryArgs, dockerconfigjson
+from infra import versions
+from infra.config import PROJECT, EntityConfig, Environment, StackConfig
+
+if TYPE_CHECKING:
+    from infra.program import StackContext
+
+PULL_SECRET_NAME = "cloudstation-registry"
+REGISTRY_NAME = "registry"
+"""The managed registry's Service, Deployment and (with AUTH_SECRET_SUFFIX) Secret name."""
+PLATFORM_PROJECT = "platform"
+"""The project part of the project-state entity's key and repository (`platform/project-state`)."""
+GENERATED_DIR = Path(".cloudstation") / "dockerfiles"
+"""Generated Dockerfiles, below the directory of Pulumi.yaml (git-ignored): outside the build
+context, so they don't change it, and at a stable relative path, so they don't cause diffs."""
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    pull_host: str
+    """host[:port] the kubelet pulls from; the prefix of every entity image reference."""
+    pull_secret_name: str
+    """Name of the kubernetes.io/dockerconfigjson Secret in each namespace that runs entities."""
+    dockerconfigjson: pulumi.Output[str]
+    """Secret: the `.dockerconfigjson` content of that Secret."""
+    outputs: dict[str, pulumi.Output]
+    """Stack outputs about the registry."""
+    push_host: str = ""
+    """host[:port] `pulumi up` pushes to (same storage as pull_host, so the same digests)."""
+    repository_prefix: str = ""
+    """Path between the host and `<project>/<entity>` (external registries only)."""
+    username: pulumi.Input[str] = ""
+    password: Optional[pulumi.Output[str]] = None
+    registry: Optional[pulumi.Resource] = None
+    """The managed registry, which pushes wait for; None for an external registry."""
+
+    def repository(self, project: str, entity: str) -> str:
+        return "/".join(part for part in (self.repository_prefix, project, entity) if part)
+
+
+def client_namespaces(config: StackConfig) -> list[str]:
+    """Namespaces whose pods may reach the registry: the platform's and every project's."""
+    from infra.cloudstation import project_namespace  # imported late: cloudstation imports this module
+
+    return [config.platform.namespace] + [
+        project_namespace(project.name, config.environment.value) for project in config.projects
+    ]
+
+
+def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAccess:
+    """managed: the Registry component in the platform namespace; shared: access to the registry
+    another stack manages in this cluster (credentials read from its Secret); external: access only."""
+    config = stack.config.platform.registry
+    outputs: dict[str, pulumi.Output] = {}
+    registry = None
+    username: pulumi.Input[str] = config.username
+    if config.mode == "managed":
+        registry = Registry(
+            REGISTRY_NAME,
+            RegistryArgs(
+                config=config,
+                namespace=namespace.name,
+                client_namespaces=client_namespaces(stack.config),
+                image=versions.image("registry", stack.config.platform.image_mirror),
+            ),
+            stack.opts,
+        )
+        password = registry.password
+        outputs["registryPassword"] = password
+        details = {"service": registry.service, "namespace": namespace.name, "nodePort": config.node_port}
+    elif config.mode == "shared":
+        owner = config.owner_namespace or stack.config.platform.namespace
+        credentials = k8s.core.v1.Secret.get(
+            "registry-owner-credentials", f"{owner}/{REGISTRY_NAME}{AUTH_SECRET_SUFFIX}", opts=stack.opts
+        )
+        # `data` is secret as a whole; the user name alone is not.
+        username = pulumi.Output.unsecret(credentials.data.apply(lambda data: _decoded(data, "username")))
+        password = pulumi.Output.secret(credentials.data.apply(lambda data: _decoded(data, "password")))
+        details = {"namespace": owner, "nodePort": config.node_port}
+    else:
+        password = pulumi.Config(PROJECT).require_secret(PASSWORD_KEY)
+        details = {"url": config.url}
+    outputs["registry"] = pulumi.Output.from_input(
+        {
+            "mode": config.mode,
+            "pullHost": config.pull_host,
+            "pushHost": config.effective_push_host,
+            "username": username,
+            **details,
+        }
+    )
+    return RegistryAccess(
+        pull_host=config.pull_host,
+        pull_secret_name=PULL_SECRET_NAME,
+        dockerconfigjson=pulumi.Output.secret(
+            pulumi.Output.all(username, password).apply(lambda up: dockerconfigjson(config.pull_host, *up))
+        ),
+        outputs=outputs,
+        push_host=config.effective_push_host,
+        repository_prefix=config.repository_prefix,
+        username=username,
+        password=password,
+        registry=registry,
+    )
+
+
+def _decoded(data: Optional[dict], key: str) -> str:
+    if not data or key not in data:
+        raise pulumi.RunError(f"the shared registry's Secret has no {key!r}: is the owning stack deployed?")
+    return base64.b64decode(data[key]).decode()
+
+
+def image_pull_secret(
+    name: str, access: RegistryAccess, namespace: pulumi.Input[str], opts: Optional[pulumi.ResourceOptions] = None
+) -> k8s.core.v1.Secret:
+    """The pull Secret for one namespace; pods reference it as `imagePullSecrets: [{name:
+    access.pull_secret_name}]`. `opts` should carry the parent (or the Kubernetes provider)."""
+    return k8s.core.v1.Secret(
+        name,
+        metadata=kube.metadata(access.pull_secret_name, namespace, "registry"),
+        type="kubernetes.io/dockerconfigjson",
+        string_data={".dockerconfigjson": access.dockerconfigjson},
+        opts=opts,
+    )
+
+
+def all_entities(config: StackConfig) -> Iterator[tuple[str, EntityConfig]]:
+    """(project name, entity) of every entity, the platform's project-state last."""
+    for project in config.projects:
+        for entity in project.entities:
+            yield project.name, entity
+    yield PLATFORM_PROJECT, config.platform.project_state
+
+
+def base_images(mirror: Optional[str]) -> dict[str, str]:
+    return {
+        "node_build": versions.image("node-cloudstate-build", mirror),
+        "node_runtime": versions.image("node-cloudstate", mirror),
+        "maven": versions.image("maven", mirror),
+        "java_runtime": versions.image("java-runtime", mirror),
+    }
+
+
+def entity_dockerfile(root: Path, project: str, entity: EntityConfig, mirror: Optional[str]) -> tuple[str, str]:
+    """(Dockerfile path relative to root, its text): the entity's own, or a generated one
+    written below GENERATED_DIR (config validation has checked that the language has one)."""
+    own = root / entity.source / DOCKERFILE
+    if own.is_file():
+        return (Path(entity.source) / DOCKERFILE).as_posix(), own.read_text()
+    text = generated_dockerfile(entity.language.value, base_images(mirror))
+    relative = GENERATED_DIR / f"{project}-{entity.name}.Dockerfile"
+    path = root / relative
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return relative.as_posix(), text
+
+
+def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[str, str], pulumi.Output[str]]:
+    """Digest-pinned image reference of every entity, keyed (project, entity).
+
+    test: built and pushed (unless the entity sets `image`); prod: the entity's `image`, never built."""
+    config = stack.config
+    images: dict[tuple[str, str], pulumi.Output[str]] = {}
+    for project, entity in all_entities(config):
+        if entity.image is not None or config.environment is Environment.PROD:
+            images[(project, entity.name)] = pulumi.Output.from_input(entity.image)
+            continue
+        dockerfile, text = entity_dockerfile(stack.root, project, entity, config.platform.image_mirror)
+        image = EntityImage(
+            f"image-{project}-{entity.name}",
+            EntityImageArgs(
+                context=Path(entity.source).as_posix(),
+                dockerfile=dockerfile,
+                repository=access.repository(project, entity.name),
+                tag=content_tag(stack.root / entity.source, text),
+                push_host=access.push_host or access.pull_host,
+                pull_host=access.pull_host,
+                username=access.username,
+                password=access.password,
+                platform=config.platform.registry.build_platform,
+            ),
+            pulumi.ResourceOptions(depends_on=[access.registry] if access.registry else []),
+        )
+        images[(project, entity.name)] = image.ref
+    return images
+
+
+def images_output(images: dict[tuple[str, str], pulumi.Output[str]]) -> dict[str, pulumi.Output]:
+    """The stack output promotion reads: {"images": {"<project>/<entity>": ref}}."""
+    return {"images": pulumi.Output.all(**{f"{project}/{entity}": ref for (project, entity), ref in images.items()})}

@@ -1,0 +1,363 @@
+"""Armada's generated override configs, checked against Armada's real default config files
+(reference/armada/armada-v0.22.7/config/<service>/config.yaml), and the config-time rules."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from components.armada import config as ac
+from components.armada.binoculars import binoculars_spec
+from components.armada.cluster import BINOCULARS_RULES, EXECUTOR_RULES, priority_class
+from components.armada.event_ingester import event_ingester_spec
+from components.armada.executor import ExecutorArgs, executor_spec
+from components.armada.lookout import lookout_spec
+from components.armada.lookout_ingester import lookout_ingester_spec
+from components.armada.scheduler import scheduler_spec
+from components.armada.scheduler_ingester import scheduler_ingester_spec
+from components.armada.server import server_spec
+from components.armada.service import ArmadaArgs
+from components.armada.settings import ArmadaConfig
+from infra import config as stack_config
+
+REFERENCE = Path("/work/shared/reference/armada")
+DEFAULTS = REFERENCE / "armada-v0.22.7" / "config"
+NOTES = REFERENCE / "NOTES.md"
+
+# A config that turns every optional branch on, so every generated key is checked.
+FULL = ArmadaConfig.model_validate(
+    {
+        "scheduler": {"pools": ["default", "gpu"]},
+        "executors": [{"name": "a", "pool": "default"}, {"name": "b", "pool": "gpu", "clusterId": "gpu-cluster"}],
+        "binoculars": {"enabled": True},
+        "lookout": {"publicUrl": "https://lookout.example.com"},
+        "server": {"publicRestUrl": "https://armada.example.com"},
+    }
+)
+ENDPOINTS = ac.Endpoints(
+    namespace="armada",
+    postgres_host="pg.db.svc.cluster.local",
+    postgres_port=5432,
+    redis_address="redis.db.svc.cluster.local:6379",
+    pulsar_url="pulsar://pulsar.db.svc.cluster.local:6650",
+    pulsar_admin_url="http://pulsar.db.svc.cluster.local:8080",
+    postgres_secret="pg-credentials",
+    redis_secret="redis-secret",
+)
+
+
+def args(config: ArmadaConfig = FULL) -> ArmadaArgs:
+    return ArmadaArgs(config=config, endpoints=ENDPOINTS, image="img:1")
+
+
+def specs(config: ArmadaConfig = FULL) -> dict:
+    """service directory in the reference -> its ServiceSpec."""
+    a = args(config)
+    return {
+        "server": server_spec(a),
+        "scheduler": scheduler_spec(a),
+        "scheduleringester": scheduler_ingester_spec(a),
+        "executor": executor_spec(ExecutorArgs(config=config, endpoints=ENDPOINTS, image="img:1", executor=config.executors[0])),
+        "lookout": lookout_spec(a),
+        "lookoutingester": lookout_ingester_spec(a),
+        "eventingester": event_ingester_spec(a),
+        "binoculars": binoculars_spec(a),
+    }
+
+
+def default(service: str) -> dict:
+    return yaml.safe_load((DEFAULTS / service / "config.yaml").read_text())
+
+
+# Keys we set that the default files lack, each a real key of that service:
+ABSENT_FROM_DEFAULTS = {
+    # The default files have no auth, and both refuse to start without one (NOTES §9, G4);
+    # the key shape is in _local/server/config-auth.yaml and _local/scheduler/config-auth.yaml.
+    "server": {("auth",), ("schedulerApiConnection", "forceNoTls")},  # forceNoTls: _local/server/config-auth.yaml
+    "scheduler": {("auth",)},
+    # G6: the default file's `metrics.port` is ignored; the struct field is `metricsPort`.
+    "scheduleringester": {("metricsPort",)},
+}
+
+
+def allowed_absent(service: str, path: tuple[str, ...]) -> bool:
+    return any(path[: len(prefix)] == prefix for prefix in ABSENT_FROM_DEFAULTS.get(service, ()))
+
+
+@pytest.mark.parametrize("service", sorted(specs()))
+def test_every_generated_key_is_a_key_armada_knows(service):
+    generated = specs()[service].config
+    known = ac.key_paths(default(service))
+    unknown = sorted(p for p in ac.key_paths(generated) if p not in known and not allowed_absent(service, p))
+    assert unknown == []
+
+
+def test_the_allow_list_is_needed():
+    """Each allow-listed key really is missing from its default file (else drop it from the list)."""
+    for service, prefixes in ABSENT_FROM_DEFAULTS.items():
+        known = ac.key_paths(default(service))
+        assert [p for p in prefixes if p in known] == [], service
+
+
+def test_the_key_check_catches_a_misspelt_key():
+    config = FULL.model_copy(update={"server": FULL.server.model_copy(update={"extra": {"eventsApiRedis": {"adrs": []}}})})
+    generated = server_spec(args(config)).config
+    known = ac.key_paths(default("server"))
+    assert ("eventsApiRedis", "adrs") in {p for p in ac.key_paths(generated) if p not in known}
+
+
+@pytest.mark.parametrize("service", sorted(specs()))
+def test_every_armada_env_var_overrides_a_key_that_exists(service):
+    """Viper applies ARMADA_* only to keys present in the merged YAML (NOTES §2)."""
+    spec = specs()[service]
+    merged = ac.deep_merge(default(service), spec.config)
+    names = [e["name"] for e in spec.env if e["name"].startswith("ARMADA_")]
+    assert [n for n in names if not ac.env_overrides_existing_key(n, merged)] == []
+
+
+def test_passwords_come_from_secrets_only():
+    for service, spec in specs().items():
+        for env in spec.env:
+            assert "value" not in env, (service, env)
+        assert "password" not in yaml.safe_dump(spec.config).lower(), service
+
+
+def test_database_users_get_user_and_password_from_the_postgres_secret():
+    for service in ("server", "scheduler", "scheduleringester", "lookout", "lookoutingester"):
+        env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in specs()[service].env}
+        assert env["ARMADA_POSTGRES_CONNECTION_PASSWORD"] == {"name": "pg-credentials", "key": "password"}
+        assert env["ARMADA_POSTGRES_CONNECTION_USER"] == {"name": "pg-credentials", "key": "username"}
+
+
+def test_each_component_is_on_the_right_database_with_an_explicit_port():
+    expected = {
+        "server": "lookout", "lookout": "lookout", "lookoutingester": "lookout",
+        "scheduler": "scheduler", "scheduleringester": "scheduler",
+    }
+    configs = {s: spec.config for s, spec in specs().items()}
+    for service, database in expected.items():
+        connection = configs[service]["postgres"]["connection"]
+        assert (connection["dbname"], connection["host"], connection["port"]) == (
+            database, "pg.db.svc.cluster.local", 5432
+        ), service
+    # The upstream defaults agree on which database each one uses.
+    for service, database in expected.items():
+        assert default(service)["postgres"]["connection"]["dbname"] == database
+    for service in ("executor", "eventingester", "binoculars"):
+        assert "postgres" not in configs[service]
+
+
+def test_lookout_database_port_is_set_because_its_default_is_5433():
+    assert default("lookout")["postgres"]["connection"]["port"] == 5433  # O1
+    assert specs()["lookout"].config["postgres"]["connection"]["port"] == 5432
+
+
+def test_server_events_api_and_event_ingester_share_one_redis_and_db():
+    server = specs()["server"].config["eventsApiRedis"]
+    ingester = specs()["eventingester"].config["redis"]
+    assert server == ingester == {"addrs": ["redis.db.svc.cluster.local:6379"], "db": 1}
+    env = {e["name"] for e in specs()["server"].env} | {e["name"] for e in specs()["eventingester"].env}
+    assert {"ARMADA_EVENTSAPIREDIS_PASSWORD", "ARMADA_REDIS_PASSWORD"} <= env
+
+
+def test_pulsar_url_and_topics_agree_between_producers_and_consumers():
+    configs = {s: spec.config for s, spec in specs().items()}
+    users = ["server", "scheduler", "scheduleringester", "lookoutingester", "eventingester"]
+    assert {configs[s]["pulsar"]["URL"] for s in users} == {"pulsar://pulsar.db.svc.cluster.local:6650"}
+    assert {configs[s]["pulsar"]["jobsetEventsTopic"] for s in users} == {"events"}
+    assert configs["server"]["pulsar"]["controlPlaneEventsTopic"] == "control-plane"
+    assert configs["scheduleringester"]["pulsar"]["controlPlaneEventsTopic"] == "control-plane"
+
+
+def test_topics_can_be_renamed_for_a_shared_pulsar():
+    config = ArmadaConfig.model_validate({"topics": {"events": "test-events", "controlPlane": "test-control"}})
+    s = specs(config)
+    assert s["server"].config["pulsar"]["jobsetEventsTopic"] == s["lookoutingester"].config["pulsar"]["jobsetEventsTopic"] == "test-events"
+    assert s["scheduleringester"].config["pulsar"]["controlPlaneEventsTopic"] == "test-control"
+
+
+def test_every_in_cluster_grpc_connection_says_force_no_tls_and_targets_the_right_port():
+    configs = {s: spec.config for s, spec in specs().items()}
+    scheduler_port = configs["scheduler"]["grpc"]["port"]
+    server_port = configs["server"]["grpcPort"]
+    connections = {
+        "server": (configs["server"]["schedulerApiConnection"], f"armada-scheduler.armada.svc.cluster.local:{scheduler_port}"),
+        "scheduler": (configs["scheduler"]["armadaApi"], f"armada-server.armada.svc.cluster.local:{server_port}"),
+        "executor": (configs["executor"]["executorApiConnection"], f"armada-scheduler.armada.svc.cluster.local:{scheduler_port}"),
+    }
+    for service, (connection, address) in connections.items():
+        assert connection == {"armadaUrl": address, "forceNoTls": True}, service
+    # The executor default would turn TLS on (G1).
+    assert default("executor")["executorApiConnection"]["forceNoTls"] is False
+
+
+def test_server_and_scheduler_have_auth_and_executors_may_lease_jobs():
+    configs = {s: spec.config for s, spec in specs().items()}
+    assert "auth" not in default("server") and "auth" not in default("scheduler")
+    server_auth, scheduler_auth = configs["server"]["auth"], configs["scheduler"]["auth"]
+    assert server_auth["anonymousAuth"] is True and scheduler_auth["anonymousAuth"] is True
+    # Executors connect anonymously; every principal is in group "everyone" (NOTES §9).
+    assert "everyone" in scheduler_auth["permissionGroupMapping"]["execute_jobs"]
+    assert "everyone" in server_auth["permissionGroupMapping"]["create_queue"]
+
+
+def test_every_executor_pool_is_a_scheduler_pool():
+    pools = [p["name"] for p in specs()["scheduler"].config["scheduling"]["pools"]]
+    for executor in FULL.executors:
+        generated = ac.executor_config(FULL, executor, ENDPOINTS)
+        assert generated["application"]["pool"] in pools
+    assert ac.executor_config(FULL, FULL.executors[1], ENDPOINTS)["application"] == {"clusterId": "gpu-cluster", "pool": "gpu"}
+
+
+def test_ports_in_the_configs_are_the_ports_the_pods_expose():
+    s = specs()
+    assert (s["server"].config["grpcPort"], s["server"].config["httpPort"], s["server"].config["metricsPort"]) == tuple(
+        s["server"].ports[n] for n in ("grpc", "http", "metrics")
+    )
+    assert (s["scheduler"].config["grpc"]["port"], s["scheduler"].config["http"]["port"]) == (
+        s["scheduler"].ports["grpc"], s["scheduler"].ports["http"]
+    )
+    assert s["scheduleringester"].config["metricsPort"] == s["scheduleringester"].ports["metrics"]
+    assert (s["executor"].config["httpPort"], s["executor"].config["metric"]["port"]) == (
+        s["executor"].ports["http"], s["executor"].ports["metrics"]
+    )
+    assert (s["lookout"].config["apiPort"], s["lookout"].config["metricsPort"]) == (
+        s["lookout"].ports["http"], s["lookout"].ports["metrics"]
+    )
+    assert s["lookoutingester"].config["metricsPort"] == s["lookoutingester"].ports["metrics"]
+    assert s["eventingester"].config["metricsPort"] == s["eventingester"].ports["metrics"]
+
+
+def test_health_probes_only_where_armada_has_a_health_endpoint():
+    with_health = {s for s, spec in specs().items() if spec.health}
+    assert with_health == {"server", "scheduler", "executor", "lookout", "binoculars"}
+
+
+def test_lookout_points_the_browser_at_public_urls():
+    ui = specs()["lookout"].config["uiConfig"]
+    assert ui["armadaApiBaseUrl"] == "https://armada.example.com"
+    assert ui["binocularsBaseUrlPattern"] == "http://armada-binoculars.armada.svc.cluster.local:8080"
+    assert specs()["server"].config["corsAllowedOrigins"] == ["https://lookout.example.com"]
+
+
+def test_extra_is_deep_merged_over_the_generated_config():
+    config = ArmadaConfig.model_validate(
+        {"scheduler": {"extra": {"scheduling": {"maxRetries": 7, "pools": [{"name": "default"}, {"name": "x"}]},
+                                 "postgres": {"connection": {"sslmode": "require"}}}}}
+    )
+    generated = scheduler_spec(args(config)).config
+    assert generated["scheduling"]["maxRetries"] == 7
+    assert generated["scheduling"]["pools"] == [{"name": "default"}, {"name": "x"}]  # lists are replaced
+    assert generated["postgres"]["connection"] == {
+        "host": "pg.db.svc.cluster.local", "port": 5432, "dbname": "scheduler", "sslmode": "require"
+    }
+    assert "priorityClasses" in generated["scheduling"]  # siblings stay
+
+
+def test_deep_merge_replaces_lists_and_merges_maps():
+    assert ac.deep_merge({"a": {"b": 1, "c": [1]}}, {"a": {"c": [2], "d": 3}}) == {"a": {"b": 1, "c": [2], "d": 3}}
+
+
+def test_priority_classes_match_the_scheduler_config():
+    scheduling = specs()["scheduler"].config["scheduling"]["priorityClasses"]
+    for name, settings in FULL.priority_classes.items():
+        k8s_class = priority_class(name, settings)
+        assert k8s_class["value"] == scheduling[name]["priority"]
+        assert k8s_class["metadata"]["name"] == name
+    # Armada's own defaults name these two classes.
+    assert set(scheduling) == set(default("scheduler")["scheduling"]["priorityClasses"])
+
+
+def test_the_server_accepts_exactly_the_configured_priority_classes():
+    allowed = specs()["server"].config["submission"]["allowedPriorityClassNames"]
+    merged = ac.deep_merge(default("server"), specs()["server"].config)["submission"]["allowedPriorityClassNames"]
+    assert {n for n, on in merged.items() if on} == set(FULL.priority_classes) == {"armada-default", "armada-preemptible"}
+    assert allowed["armada-resilient"] is False
+    assert merged["armada-default"] is True and default("server")["submission"]["defaultPriorityClassName"] == "armada-default"
+
+
+def notes_table(title: str) -> list[dict]:
+    """A RBAC table of NOTES §7 as ClusterRole rules."""
+    lines = NOTES.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rules = []
+    for line in lines[start + 1:]:
+        if not line.startswith("|"):
+            if rules:
+                break
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in ("apiGroups",) or set(cells[0]) <= {"-"}:
+            continue
+        group = re.findall(r"`([^`]*)`", cells[0])[0].strip('"')
+        resources = re.findall(r"`([^`]*)`", cells[1])
+        verbs = [v.strip() for v in cells[2].split(",")]
+        rules.append({"apiGroups": [group], "resources": resources, "verbs": verbs})
+    return rules
+
+
+def test_cluster_roles_are_exactly_upstreams():
+    assert EXECUTOR_RULES == notes_table("**Executor ClusterRole**")
+    assert BINOCULARS_RULES == notes_table("**Binoculars ClusterRole**")
+
+
+def test_armadactl_config_has_the_reference_shape():
+    reference = yaml.safe_load((REFERENCE / "armada-v0.22.7" / "_local" / ".armadactl.yaml").read_text())
+    generated = ac.armadactl_config("c", "armada-server.armada.svc.cluster.local:50051")
+    assert set(generated) == set(reference) == {"currentContext", "contexts"}
+    assert generated["contexts"]["c"] == {"armadaUrl": "armada-server.armada.svc.cluster.local:50051", "forceNoTls": True}
+    assert ac.armadactl_config("c", "armada.example.com:443", tls=True)["contexts"]["c"] == {"armadaUrl": "armada.example.com:443"}
+
+
+# --- config-time errors (before any resource) ---------------------------------------------------
+
+
+def load(armada: dict) -> stack_config.StackConfig:
+    raw = {
+        "cloudstation:environment": "test",
+        "cloudstation:platform": {"armada": armada},
+        "cloudstation:projects": [
+            {"name": "p", "entities": [{"name": "e", "kind": "action", "language": "go", "source": "x"}]}
+        ],
+    }
+    return stack_config.load(raw)
+
+
+def test_a_valid_armada_section_loads():
+    config = load({"scheduler": {"pools": ["default", "gpu"]}, "executors": [{"name": "g", "pool": "gpu"}]})
+    assert config.platform.armada.executors[0].pool == "gpu"
+
+
+def test_an_executor_pool_the_scheduler_lacks_is_a_config_error():
+    with pytest.raises(stack_config.ConfigError) as error:
+        load({"scheduler": {"pools": ["default", "cpu"]}, "executors": [{"name": "g", "pool": "gpu"}]})
+    message = str(error.value)
+    assert "cloudstation:platform.armada.executors[0].pool: 'gpu'" in message
+    assert "default, cpu" in message
+
+
+@pytest.mark.parametrize(
+    "armada, where",
+    [
+        ({"executors": [{"name": "a"}, {"name": "a"}]}, "armada.executors[1].name: 'a'"),
+        ({"scheduler": {"replicas": 2}}, "armada.scheduler.replicas: 2"),
+        ({"executors": [{"name": "a", "replicas": 2}]}, "armada.executors[0].replicas: 2"),
+        ({"auth": {"permissionGroupMapping": {"submit_jobs": ["x"]}}}, "armada.auth.permissionGroupMapping.submit_jobs"),
+        ({"priorityClasses": {"low": {"priority": 1, "preemptible": True}}}, "armada.priorityClasses"),
+        ({"scheduler": {"pruning": {"schedule": "hourly"}}}, "armada.scheduler.pruning.schedule: 'hourly'"),
+        ({"databases": {"scheduler": "my-db"}}, "armada.databases.scheduler: 'my-db'"),
+        ({"servr": {}}, "armada.servr: unknown key"),
+    ],
+)
+def test_bad_armada_settings_are_config_errors_naming_the_key(armada, where):
+    with pytest.raises(stack_config.ConfigError) as error:
+        load(armada)
+    assert where in str(error.value)
+
+
+def test_settings_reject_unknown_keys_directly():
+    with pytest.raises(ValidationError):
+        ArmadaConfig.model_validate({"lookout": {"publicURL": "x"}})

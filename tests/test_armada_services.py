@@ -1,0 +1,365 @@
+"""Armada on the rendered graph of both stack files (and one variant): services, wiring read
+back from the rendered ConfigMaps, start order, pruning, cluster prerequisites and outputs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from components.armada.config import CONFIG_FILE, CONFIG_PATH, key_paths
+from components.armada.service import checksum
+from infra import checks, validate
+from infra.render import StackFile, render
+from infra.versions import ARMADA, IMAGES
+from tests.conftest import find, objects, pod_spec
+from tests.test_armada_config import allowed_absent, default
+
+SERVICES = {
+    # Deployment name -> image key in infra/versions.py
+    "armada-server": "armada-server",
+    "armada-scheduler": "armada-scheduler",
+    "armada-scheduler-ingester": "armada-scheduler-ingester",
+    "armada-lookout": "armada-lookout",
+    "armada-lookout-ingester": "armada-lookout-ingester",
+    "armada-event-ingester": "armada-event-ingester",
+}
+WITH_HEALTH = {"armada-server", "armada-scheduler", "armada-lookout", "armada-binoculars"}
+
+
+def namespace_of(rendered) -> str:
+    return rendered.outputs["armadaNamespace"]
+
+
+def armada_objects(rendered) -> list[dict]:
+    namespace = namespace_of(rendered)
+    return [
+        o for o in rendered.manifests()
+        if o["metadata"].get("namespace") == namespace
+        or (o["kind"] in ("PriorityClass", "ClusterRole", "ClusterRoleBinding") and "armada" in o["metadata"]["name"])
+    ]
+
+
+def deployments(rendered) -> dict[str, dict]:
+    """The Armada services' Deployments (dependencies run as StatefulSets)."""
+    return {o["metadata"]["name"]: o for o in armada_objects(rendered) if o["kind"] == "Deployment"}
+
+
+def executors(rendered) -> list[str]:
+    return [name for name in deployments(rendered) if name.startswith("armada-executor-")]
+
+
+def service_config(rendered, name: str) -> dict:
+    config_map = find(rendered, "ConfigMap", name, namespace_of(rendered))
+    return yaml.safe_load(config_map["data"][CONFIG_FILE])
+
+
+def registration(rendered, type_: str, name: str):
+    [match] = [r for r in rendered.registrations if r.type == type_ and r.name == name]
+    return match
+
+
+def depends_on(rendered, type_: str, name: str, on_type: str, on_name: str) -> bool:
+    return registration(rendered, on_type, on_name).urn in registration(rendered, type_, name).dependencies
+
+
+# --- the services ----------------------------------------------------------------------------
+
+
+def test_every_service_runs_its_pinned_image_with_its_config(rendered):
+    found = deployments(rendered)
+    assert set(SERVICES) | set(executors(rendered)) == set(found)
+    assert executors(rendered), "at least one executor"
+    for name, deployment in found.items():
+        key = SERVICES.get(name, "armada-executor")
+        [container] = pod_spec(deployment)["containers"]
+        assert container["image"] == IMAGES[key] and container["image"].endswith(f":{ARMADA}"), name
+        expected_args = ["run", "--config", CONFIG_PATH] if name == "armada-scheduler" else ["--config", CONFIG_PATH]
+        assert container["args"] == expected_args, name
+        volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+        assert volumes["config"]["configMap"]["name"] == name
+        assert {"name": "config", "mountPath": "/config", "readOnly": True} in container["volumeMounts"]
+
+
+def test_pods_roll_when_their_config_changes(rendered):
+    for name, deployment in deployments(rendered).items():
+        text = find(rendered, "ConfigMap", name, namespace_of(rendered))["data"][CONFIG_FILE]
+        annotation = deployment["spec"]["template"]["metadata"]["annotations"]["cloudstation.io/config-checksum"]
+        assert annotation == checksum(text), name
+
+
+def test_each_service_has_its_own_service_account(rendered):
+    accounts = {o["metadata"]["name"] for o in objects(rendered, "ServiceAccount")}
+    for name, deployment in deployments(rendered).items():
+        assert pod_spec(deployment)["serviceAccountName"] == name
+        assert name in accounts
+    # Only the executor needs a Kubernetes API token.
+    tokens = {n for n, d in deployments(rendered).items() if pod_spec(d)["automountServiceAccountToken"]}
+    assert tokens == set(executors(rendered))
+
+
+def test_no_service_link_env_that_armada_would_read_as_config(rendered):
+    for name, spec in checks.workloads(armada_objects(rendered)):
+        if any(c["image"].startswith("docker.io/gresearch/") for c in spec["containers"]):
+            assert spec["enableServiceLinks"] is False, name
+
+
+def test_probes_only_on_services_with_a_health_endpoint(rendered):
+    for name, deployment in deployments(rendered).items():
+        [container] = pod_spec(deployment)["containers"]
+        has_health = name in WITH_HEALTH or name.startswith("armada-executor-")
+        assert ("readinessProbe" in container) == has_health, name
+        assert ("livenessProbe" in container) == has_health, name
+        if has_health:
+            assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_services_expose_the_ports_the_containers_and_configs_use(rendered):
+    namespace = namespace_of(rendered)
+    for name, deployment in deployments(rendered).items():
+        [container] = pod_spec(deployment)["containers"]
+        container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        services = [o for o in objects(rendered, "Service") if o["metadata"]["name"] == name]
+        if name in ("armada-scheduler-ingester", "armada-lookout-ingester", "armada-event-ingester"):
+            assert services == []
+            assert set(container_ports) == {"metrics"}
+            assert service_config(rendered, name)["metricsPort"] == container_ports["metrics"]
+            continue
+        [svc] = services
+        assert svc["metadata"]["namespace"] == namespace
+        assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == container_ports
+        assert all(p["targetPort"] == p["name"] for p in svc["spec"]["ports"])
+    server = service_config(rendered, "armada-server")
+    assert (server["grpcPort"], server["httpPort"]) == (50051, 8080)
+    assert service_config(rendered, "armada-scheduler")["grpc"]["port"] == 50052
+    assert service_config(rendered, "armada-lookout")["apiPort"] == 10000
+
+
+def test_workloads_meet_the_standard_and_validate(rendered):
+    mine = armada_objects(rendered)
+    problems = [
+        p
+        for name, spec in checks.workloads(mine)
+        for check in (checks.restricted_violations, checks.resource_violations, checks.image_violations,
+                      checks.secret_env_violations)
+        for p in check(name, spec)
+    ]
+    assert problems == []
+    # Secrets are the dependency components' (and redacted here); everything else must validate.
+    assert validate.validate_all([o for o in mine if o["kind"] != "Secret"]) == []
+
+
+def test_armada_pods_run_as_the_image_user_with_a_read_only_root(rendered):
+    for name, spec in checks.workloads(armada_objects(rendered)):
+        if not any(c["image"].startswith("docker.io/gresearch/") for c in spec["containers"]):
+            continue
+        assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (1000, 2000), name
+        for container in spec["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_only_the_server_and_executors_reach_the_scheduler_grpc_port(rendered):
+    policy = find(rendered, "NetworkPolicy", "armada-scheduler", namespace_of(rendered))
+    scheduler = find(rendered, "Deployment", "armada-scheduler", namespace_of(rendered))
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= scheduler["spec"]["template"]["metadata"]["labels"].items()
+    grpc_rule, open_rule = policy["spec"]["ingress"]
+    assert grpc_rule["ports"] == [{"port": 50052, "protocol": "TCP"}]
+    [peer] = grpc_rule["from"]
+    clients = {
+        name for name, d in deployments(rendered).items()
+        if peer["podSelector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+    }
+    assert clients == {"armada-server", *executors(rendered)}
+    assert "from" not in open_rule and 50052 not in [p["port"] for p in open_rule["ports"]]
+
+
+# --- wiring, read back from the rendered config files ----------------------------------------
+
+
+def test_wiring_in_the_rendered_configs(rendered):
+    namespace = namespace_of(rendered)
+    configs = {name: service_config(rendered, name) for name in deployments(rendered)}
+    postgres_host = f"armada-postgres.{namespace}.svc.cluster.local"
+    for name, database in [("armada-server", "lookout"), ("armada-lookout", "lookout"),
+                           ("armada-lookout-ingester", "lookout"), ("armada-scheduler", "scheduler"),
+                           ("armada-scheduler-ingester", "scheduler")]:
+        assert configs[name]["postgres"]["connection"] == {
+            "host": postgres_host, "port": 5432, "dbname": database, "sslmode": "disable"
+        }, name
+    assert configs["armada-server"]["eventsApiRedis"] == configs["armada-event-ingester"]["redis"]
+    assert configs["armada-server"]["eventsApiRedis"]["addrs"] == [f"armada-redis.{namespace}.svc.cluster.local:6379"]
+    pulsar_urls = {c["pulsar"]["URL"] for c in configs.values() if "pulsar" in c}
+    assert len(pulsar_urls) == 1
+    scheduler = f"armada-scheduler.{namespace}.svc.cluster.local:50052"
+    assert configs["armada-server"]["schedulerApiConnection"] == {"armadaUrl": scheduler, "forceNoTls": True}
+    for executor in executors(rendered):
+        assert configs[executor]["executorApiConnection"] == {"armadaUrl": scheduler, "forceNoTls": True}
+        pools = [p["name"] for p in configs["armada-scheduler"]["scheduling"]["pools"]]
+        assert configs[executor]["application"]["pool"] in pools
+    assert configs["armada-scheduler"]["armadaApi"]["forceNoTls"] is True
+    assert configs["armada-scheduler"]["auth"]["permissionGroupMapping"]["execute_jobs"]
+
+
+DEFAULT_DIRS = {
+    "armada-server": "server", "armada-scheduler": "scheduler", "armada-scheduler-ingester": "scheduleringester",
+    "armada-lookout": "lookout", "armada-lookout-ingester": "lookoutingester",
+    "armada-event-ingester": "eventingester", "armada-binoculars": "binoculars",
+}
+
+
+def test_rendered_configs_including_stack_file_extras_use_only_known_keys(rendered):
+    for name in deployments(rendered):
+        service = "executor" if name.startswith("armada-executor-") else DEFAULT_DIRS[name]
+        known = key_paths(default(service))
+        generated = key_paths(service_config(rendered, name))
+        assert sorted(p for p in generated if p not in known and not allowed_absent(service, p)) == [], name
+
+
+def test_prod_uses_its_external_pulsar(rendered_stacks):
+    prod = rendered_stacks["prod"]
+    assert service_config(prod, "armada-server")["pulsar"]["URL"] == "pulsar://pulsar-broker.pulsar.svc.cluster.local:6650"
+    assert not [o for o in objects(prod, "StatefulSet") if o["metadata"]["name"] == "armada-pulsar"]
+    assert service_config(prod, "armada-lookout")["prunerConfig"] == {"expireAfter": "2160h"}  # extra
+
+
+def test_secret_env_points_at_the_dependency_secrets(rendered):
+    secrets = {o["metadata"]["name"] for o in objects(rendered, "Secret")}
+    for name, deployment in deployments(rendered).items():
+        for env in pod_spec(deployment)["containers"][0]["env"]:
+            if env["name"].startswith("ARMADA_"):
+                assert env["valueFrom"]["secretKeyRef"]["name"] in secrets, (name, env)
+
+
+# --- order -----------------------------------------------------------------------------------
+
+
+def test_databases_then_migrations_then_services(rendered):
+    job, deploy = "kubernetes:batch/v1:Job", "kubernetes:apps/v1:Deployment"
+    databases = ("kubernetes:batch/v1:Job", "armada-postgres-databases")
+    for migration in ("armada-scheduler-migration", "armada-lookout-migration"):
+        assert depends_on(rendered, job, migration, *databases), migration
+    assert depends_on(rendered, deploy, "armada-scheduler-deploy", job, "armada-scheduler-migration")
+    assert depends_on(rendered, deploy, "armada-scheduler-ingester-deploy", job, "armada-scheduler-migration")
+    assert depends_on(rendered, deploy, "armada-lookout-deploy", job, "armada-lookout-migration")
+    assert depends_on(rendered, deploy, "armada-lookout-ingester-deploy", job, "armada-lookout-migration")
+    # G3: the server needs the lookout migration's tables.
+    assert depends_on(rendered, deploy, "armada-server-deploy", job, "armada-lookout-migration")
+    for executor in executors(rendered):
+        assert depends_on(rendered, deploy, f"{executor}-deploy", deploy, "armada-scheduler-deploy")
+
+
+def test_migration_jobs_run_the_right_commands(rendered):
+    namespace = namespace_of(rendered)
+    scheduler = pod_spec(find(rendered, "Job", "armada-scheduler-migration", namespace))["containers"][0]
+    lookout = pod_spec(find(rendered, "Job", "armada-lookout-migration", namespace))["containers"][0]
+    assert scheduler["image"] == IMAGES["armada-scheduler"] and scheduler["args"][:3] == ["migrateDatabase", "--config", CONFIG_PATH]
+    assert lookout["image"] == IMAGES["armada-lookout"] and lookout["args"] == ["--migrateDatabase", "--config", CONFIG_PATH]
+    databases = pod_spec(find(rendered, "Job", "armada-postgres-databases", namespace))["containers"][0]
+    assert "CREATE DATABASE scheduler" in databases["args"][0] and "CREATE DATABASE lookout" in databases["args"][0]
+
+
+def test_pruning_cron_jobs_follow_the_config(rendered_stacks):
+    prod = rendered_stacks["prod"]
+    scheduler = find(prod, "CronJob", "armada-scheduler-pruner", "armada-prod")
+    assert scheduler["spec"]["schedule"] == "15 * * * *"
+    args = pod_spec(scheduler)["containers"][0]["args"]
+    assert args[:3] == ["pruneDatabase", "--config", CONFIG_PATH] and args[args.index("--expireAfter") + 1] == "24h"
+    lookout = find(rendered_stacks["test"], "CronJob", "armada-lookout-pruner", "armada")
+    assert lookout["spec"]["schedule"] == "@daily"
+    assert pod_spec(lookout)["containers"][0]["args"] == ["--pruneDatabase", "--config", CONFIG_PATH]
+
+
+# --- cluster prerequisites and outputs -------------------------------------------------------
+
+
+def test_priority_classes_and_cluster_roles_come_from_the_owning_stack(rendered_stacks):
+    test, prod = rendered_stacks["test"], rendered_stacks["prod"]  # test owns the shared cluster's
+    classes = {o["metadata"]["name"]: o["value"] for o in objects(test, "PriorityClass")}
+    for stack in (test, prod):
+        scheduling = service_config(stack, "armada-scheduler")["scheduling"]["priorityClasses"]
+        assert {n: c["priority"] for n, c in scheduling.items()} == classes
+    assert {"armada-default", "armada-preemptible"} <= set(classes)
+    assert find(test, "ClusterRole", "cloudstation-armada-executor")["rules"]
+    assert [o for o in armada_objects(prod) if o["kind"] in ("PriorityClass", "ClusterRole")] == []
+
+
+def test_each_executor_is_bound_to_the_executor_cluster_role(rendered):
+    for executor in executors(rendered):
+        binding = find(rendered, "ClusterRoleBinding", f"{namespace_of(rendered)}-{executor}")
+        assert binding["roleRef"]["name"] == "cloudstation-armada-executor"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": executor, "namespace": namespace_of(rendered)}]
+
+
+def test_test_and_prod_can_share_a_cluster(rendered_stacks):
+    """Namespaced and per-stack cluster-scoped names differ between the two stack files."""
+    def names(stack):
+        return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in armada_objects(stack)}
+
+    assert names(rendered_stacks["test"]) & names(rendered_stacks["prod"]) == set()
+
+
+def test_job_namespaces_exist(rendered):
+    names = {o["metadata"]["name"] for o in objects(rendered, "Namespace")}
+    jobs = "armada-jobs" if rendered.stack == "test" else "armada-prod-jobs"
+    assert {namespace_of(rendered), jobs} <= names
+
+
+def test_outputs(rendered):
+    namespace = namespace_of(rendered)
+    outputs = rendered.outputs
+    assert outputs["armadaApiGrpc"] == f"armada-server.{namespace}.svc.cluster.local:50051"
+    assert outputs["armadaApiRest"] == f"http://armada-server.{namespace}.svc.cluster.local:8080"
+    armadactl = yaml.safe_load(outputs["armadactlConfig"])
+    context = armadactl["contexts"][armadactl["currentContext"]]
+    if rendered.stack == "test":
+        assert context == {"armadaUrl": outputs["armadaApiGrpc"], "forceNoTls": True}
+        assert outputs["armadaLookoutUrl"] == f"http://armada-lookout.{namespace}.svc.cluster.local:10000"
+    else:
+        assert context == {"armadaUrl": "armada-grpc.example.com:443"}
+        assert outputs["armadaLookoutUrl"] == "https://lookout.example.com"
+
+
+# --- a variant: options off and on ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def variant():
+    stack_file = StackFile.read("test")
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    platform["ownsClusterResources"] = False
+    platform.get("cloudstate", {}).pop("extraWatchedNamespaces", None)  # only an owner may list them
+    platform["armada"].update(
+        {
+            "namespace": "armada-b",
+            "jobNamespaces": ["batch-a", "batch-b"],
+            "scheduler": {"pools": ["default", "gpu"], "pruning": {"enabled": False}, "restrictGrpc": False},
+            "lookout": {"pruning": {"enabled": False}},
+            "executors": [{"name": "cpu", "pool": "default"}, {"name": "gpu", "pool": "gpu"}],
+            "binoculars": {"enabled": True},
+        }
+    )
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    return render("test", stack_file=stack_file)
+
+
+def test_variant_one_executor_per_entry_and_binoculars(variant):
+    found = deployments(variant)
+    assert {"armada-executor-cpu", "armada-executor-gpu", "armada-binoculars"} <= set(found)
+    pools = {n: service_config(variant, n)["application"]["pool"] for n in ("armada-executor-cpu", "armada-executor-gpu")}
+    assert pools == {"armada-executor-cpu": "default", "armada-executor-gpu": "gpu"}
+    lookout_ui = service_config(variant, "armada-lookout")["uiConfig"]
+    assert lookout_ui["binocularsBaseUrlPattern"] == "http://armada-binoculars.armada-b.svc.cluster.local:8080"
+    assert find(variant, "ClusterRoleBinding", "armada-b-armada-binoculars")["roleRef"]["name"] == "cloudstation-armada-binoculars"
+    assert {"batch-a", "batch-b"} <= {o["metadata"]["name"] for o in objects(variant, "Namespace")}
+    assert validate.validate_all([o for o in armada_objects(variant) if o["kind"] != "Secret"]) == []
+
+
+def test_variant_without_cluster_ownership_or_pruning(variant):
+    mine = armada_objects(variant)
+    assert [o for o in mine if o["kind"] in ("PriorityClass", "ClusterRole", "CronJob")] == []
+    # restrictGrpc off: no policy on the scheduler (the PostgreSQL component keeps its own)
+    policies = [o for o in mine if o["kind"] == "NetworkPolicy"]
+    assert [p["metadata"]["name"] for p in policies] == ["armada-postgres"]
+    # Bindings are per stack (named after its namespace) and still needed.
+    assert len([o for o in mine if o["kind"] == "ClusterRoleBinding"]) == 3

@@ -1,0 +1,246 @@
+"""The CloudState operator and its CRDs, on the rendered graph of both stack files and variants."""
+from __future__ import annotations
+
+import pytest
+
+from components import cloudstate_crds as crds
+from components import cloudstate_operator as operator
+from infra import checks, validate, versions
+from infra.cloudstation import project_namespace
+from infra.config import ConfigError, StackConfig, load
+from infra.render import StackFile
+from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
+from tests.conftest import find, objects, pod_spec
+
+CLUSTER_SCOPED = {
+    "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass",
+    "PersistentVolume", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService", "IngressClass",
+}
+
+
+def config_of(stack: str) -> StackConfig:
+    return load(StackFile.read(stack).values)
+
+
+def own_namespaces(config: StackConfig) -> list[str]:
+    return [config.platform.namespace] + [project_namespace(p.name, config.environment.value) for p in config.projects]
+
+
+def structural_problems(schema: dict, path: str = "") -> list[str]:
+    """What makes a schema non-structural: a node without a type that is not int-or-string."""
+    problems = []
+    if "type" not in schema and not schema.get("x-kubernetes-int-or-string"):
+        problems.append(path or "(root)")
+    for key, child in schema.get("properties", {}).items():
+        problems += structural_problems(child, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            problems += structural_problems(schema[key], f"{path}[{key}]")
+    return problems
+
+
+# --- which stack owns the cluster's CloudState ----------------------------------------------
+
+
+@pytest.fixture
+def owner(rendered_stacks):
+    """The render of the repo's stack file that owns the cluster resources (the stack files
+    describe one shared cluster: exactly one of them owns)."""
+    owners = [s for s in rendered_stacks if config_of(s).platform.owns_cluster_resources]
+    assert len(owners) == 1, owners
+    return rendered_stacks[owners[0]]
+
+
+def test_exactly_one_stack_file_owns_the_shared_clusters_cloudstate(rendered_stacks, owner):
+    for stack, rendered in rendered_stacks.items():
+        cloudstate_crds = [o for o in objects(rendered, "CustomResourceDefinition") if o["spec"]["group"] == crds.GROUP]
+        operators = [o for o in objects(rendered, "Deployment") if o["metadata"]["name"] == "cloudstate-operator"]
+        expected = 2 if rendered is owner else 0
+        assert (len(cloudstate_crds), 2 * len(operators)) == (expected, expected), stack
+    platform_namespaces = {config_of(s).platform.namespace for s in rendered_stacks}
+    assert len(platform_namespaces) == len(rendered_stacks)  # no namespace is shared by two stacks
+
+
+# --- CRDs ------------------------------------------------------------------------------------
+
+
+def test_crds_are_v1_structural_with_status_and_printer_columns(owner):
+    found = {o["metadata"]["name"]: o for o in objects(owner, "CustomResourceDefinition") if o["spec"]["group"] == crds.GROUP}
+    assert set(found) == {"statefulstores.cloudstate.io", "statefulservices.cloudstate.io"}
+    for crd in found.values():
+        assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+        [version] = crd["spec"]["versions"]
+        assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+        assert structural_problems(version["schema"]["openAPIV3Schema"]) == []
+        assert version["subresources"] == {"status": {}}
+        columns = version["additionalPrinterColumns"]
+        assert columns and all(c["jsonPath"].startswith(".") and "JSONPath" not in c for c in columns)
+    store_columns = {c["name"]: c["jsonPath"] for c in found["statefulstores.cloudstate.io"]["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert store_columns["Type"] == ".spec.type"
+
+
+def test_structural_check_catches_an_untyped_node():
+    assert structural_problems({"type": "object", "properties": {"spec": {"properties": {}}}}) == [".spec"]
+
+
+def test_store_schema_requires_a_type_and_rejects_unknown_ones():
+    schemas = validate.crd_schemas(crds.crds())
+    schema = schemas[(crds.API_VERSION, "StatefulStore")]
+
+    def errors(spec):
+        return validate.custom_errors({"apiVersion": crds.API_VERSION, "kind": "StatefulStore", "spec": spec}, schemas)
+
+    assert errors({"type": "Postgres", "deployment": "Unmanaged", "config": {"service": "db", "port": 5432}}) == []
+    assert errors({"deployment": "Unmanaged"})  # issue #324: no type
+    assert errors({"type": "MySQL"})
+    assert errors({"type": "Postgres", "config": {"servcie": "db"}})  # typo is rejected, not pruned
+    assert schema["properties"]["spec"]["required"] == ["type"]
+
+
+def test_service_schema_covers_the_fields_the_scala_operator_reads():
+    spec = crds.stateful_service_schema()["properties"]["spec"]["properties"]
+    assert set(spec) == {
+        "containers", "volumes", "serviceAccountName", "autoscaling", "datastore", "sidecarResources",
+        "sidecarJvmMemory", "nodeSelector", "tolerations",
+    }
+    assert spec["datastore"]["properties"]["config"]["properties"].keys() == {"keyspace", "schema"}
+    assert spec["containers"]["maxItems"] == 1  # the operator runs only the first container
+
+
+def test_every_cloudstate_custom_resource_validates_against_the_clusters_crds(rendered, owner):
+    schemas = validate.crd_schemas(objects(owner, "CustomResourceDefinition"))
+    resources = [o for o in rendered.manifests() if o["apiVersion"] == crds.API_VERSION]
+    assert {o["kind"] for o in resources} == {"StatefulStore", "StatefulService"}
+    assert [p for o in resources for p in validate.custom_errors(o, schemas)] == []
+
+
+def test_custom_resources_depend_on_the_crds_and_the_operator(owner):
+    crd_urns = {r.urn for r in owner.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+                if r.inputs["spec"]["group"] == crds.GROUP}
+    [deployment] = [r for r in owner.of_type("kubernetes:apps/v1:Deployment") if r.name == "cloudstate-operator-deployment"]
+    custom = [r for r in owner.registrations if r.type.startswith("kubernetes:cloudstate.io/")]
+    assert len(crd_urns) == 2 and custom
+    for registration in custom:
+        assert crd_urns | {deployment.urn} <= set(registration.dependencies), registration.name
+
+
+# --- operator --------------------------------------------------------------------------------
+
+
+def test_operator_service_account_is_bound_in_the_namespace_it_runs_in(owner):
+    namespace = config_of(owner.stack).platform.namespace
+    deployment = find(owner, "Deployment", "cloudstate-operator")
+    assert deployment["metadata"]["namespace"] == namespace
+    assert pod_spec(deployment)["serviceAccountName"] == "cloudstate-operator"
+    find(owner, "ServiceAccount", "cloudstate-operator", namespace)
+    binding = find(owner, "ClusterRoleBinding", "cloudstate-operator")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cloudstate-operator", "namespace": namespace}]
+    assert binding["roleRef"]["name"] == "cloudstate-operator-role"
+    reader = find(owner, "RoleBinding", "cloudstate-operator-config-reader-binding", namespace)
+    assert reader["subjects"][0]["namespace"] == namespace
+
+
+def test_cluster_role_is_exactly_upstreams(owner):
+    role = find(owner, "ClusterRole", "cloudstate-operator-role")
+    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    # reference cloudstate/NOTES.md §2.1 (the table of upstream's ClusterRole)
+    upstream = {("", "namespaces", v) for v in ("get", "list", "watch")}
+    upstream |= {("", r, v) for r in ("services", "pods") for v in ("get", "create", "delete", "patch", "update", "watch", "list")}
+    upstream |= {("apps", r, v) for r in ("deployments", "deployments/scale")
+                 for v in ("get", "create", "delete", "patch", "update", "watch", "list")}
+    upstream |= {("rbac.authorization.k8s.io", r, v) for r in ("rolebindings", "roles") for v in ("get", "create", "delete", "patch", "update")}
+    upstream |= {("cloudstate.io", r, v) for r in ("statefulstores", "statefulservices") for v in ("get", "list", "watch")}
+    upstream |= {("cloudstate.io", r, v) for r in ("statefulstores/status", "statefulservices/status") for v in ("update", "patch")}
+    assert granted == upstream
+
+
+def test_operator_watches_exactly_the_namespaces_that_run_entities_on_its_cluster(owner, rendered_stacks):
+    config_map = find(owner, "ConfigMap", "cloudstate-operator-config", config_of(owner.stack).platform.namespace)
+    watched = operator.parse_operator_config(config_map["data"]["config"])["watch.namespaces"]
+    # Both stack files share one cluster: the owner's operator runs both stacks' entities.
+    assert watched == sorted(ns for stack in rendered_stacks for ns in own_namespaces(config_of(stack)))
+    entity_namespaces = {o["metadata"]["namespace"] for r in rendered_stacks.values() for o in r.manifests()
+                         if o["apiVersion"] == crds.API_VERSION}
+    assert set(watched) == entity_namespaces
+
+
+def test_proxy_images_are_pinned_to_the_operator_release(owner):
+    config_map = find(owner, "ConfigMap", "cloudstate-operator-config")
+    images = operator.parse_operator_config(config_map["data"]["config"])["proxy.image"]
+    assert set(images) == {"cassandra", "postgres", "no-store", "in-memory"}
+    for key, image in images.items():
+        assert image.endswith(f":{versions.CLOUDSTATE}"), image
+        assert checks.image_violations("proxy", {"containers": [{"name": key, "image": image}]}) == []
+    # one proxy per store type, the ones v0.5.1 published
+    assert images["no-store"] == versions.image("cloudstate-proxy-no-store")
+    assert images["in-memory"] == versions.image("cloudstate-proxy-in-memory")
+    assert pod_spec(find(owner, "Deployment", "cloudstate-operator"))["containers"][0]["image"] == \
+        versions.image("cloudstate-operator")
+
+
+def test_operator_deployment_is_hardened(owner):
+    deployment = find(owner, "Deployment", "cloudstate-operator")
+    spec = pod_spec(deployment)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
+    assert checks.restricted_violations("operator", spec) == []
+    assert checks.resource_violations("operator", spec) == []
+    [container] = spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JAVA_OPTS"]["value"].startswith("-Xms")
+    assert env["NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["CONFIG_MAP"]["value"] == "cloudstate-operator-config"
+
+
+def test_operator_config_is_explicit_hocon():
+    text = operator.operator_config(["b", "a", "a"], {"postgres": "x/y:1"})
+    assert text == 'cloudstate.operator {\n  watch.namespaces = ["a", "b"]\n  proxy.image {\n    postgres = "x/y:1"\n  }\n}\n'
+    assert operator.parse_operator_config(text) == {"watch.namespaces": ["a", "b"], "proxy.image": {"postgres": "x/y:1"}}
+    for bad in ([], ["*"], ["a", "*"]):
+        with pytest.raises(ValueError):
+            operator.operator_config(bad, {})
+
+
+# --- one or two clusters ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["prod stack file", "test stack, non-owner variant"])
+def test_a_stack_that_does_not_own_the_cluster_registers_no_cluster_scoped_object(source, rendered_stacks):
+    rendered = rendered_stacks["prod"] if source == "prod stack file" else variant("non-owner")
+    kinds = {o["kind"] for o in rendered.manifests()}
+    # Namespaces are per stack; so are the bindings of this stack's own service accounts (Armada's
+    # executor), which grant the owner's ClusterRoles. Nothing else cluster-scoped.
+    assert kinds & CLUSTER_SCOPED <= {"Namespace", "ClusterRoleBinding"}
+    bindings = objects(rendered, "ClusterRoleBinding")
+    assert not [b for b in bindings if b["roleRef"]["name"] == "cloudstate-operator-role"]
+    namespaces = {o["metadata"]["name"] for o in objects(rendered, "Namespace")}
+    assert all(s["namespace"] in namespaces for b in bindings for s in b["subjects"])
+    assert not [o for o in objects(rendered, "Deployment") if o["metadata"]["name"] == "cloudstate-operator"]
+    assert not [o for o in objects(rendered, "ConfigMap") if o["metadata"]["name"] == "cloudstate-operator-config"]
+    # Its custom resources are still there, for the owning stack's operator to run.
+    assert {o["kind"] for o in rendered.manifests() if o["apiVersion"] == crds.API_VERSION} == {"StatefulStore", "StatefulService"}
+
+
+def test_the_owner_also_watches_the_namespaces_of_the_stack_that_shares_its_cluster():
+    rendered = variant("owner-external-cassandra")
+    config_map = find(rendered, "ConfigMap", "cloudstate-operator-config")
+    watched = operator.parse_operator_config(config_map["data"]["config"])["watch.namespaces"]
+    assert watched == sorted(own_namespaces(config_of("prod")) + SHARED_OWNER_WATCH)
+
+
+def test_both_stacks_custom_resources_validate_against_the_owners_crds():
+    owner_crds = objects(variant("owner-external-cassandra"), "CustomResourceDefinition")
+    resources = [o for o in variant("non-owner").manifests() if o["apiVersion"] == crds.API_VERSION]
+    assert validate.validate_all(resources, extra_crds=owner_crds) == []
+
+
+def test_extra_watched_namespaces_need_the_operator():
+    stack_file = edited("test", platform=lambda p: {
+        **p, "ownsClusterResources": False, "cloudstate": {"extraWatchedNamespaces": ["shop-prod"]}})
+    with pytest.raises(ConfigError) as caught:
+        load(stack_file.values)
+    [problem] = caught.value.problems
+    assert problem.startswith("cloudstation:platform.cloudstate.extraWatchedNamespaces: [\"shop-prod\"] — ")
+    assert "ownsClusterResources: true" in problem

@@ -1,0 +1,161 @@
+"""Per-project environments and the project-state entity, on the rendered graph of both stacks."""
+from __future__ import annotations
+
+import pytest
+
+from components.cloudstate_operator import CloudStateArgs
+from components.project_environment import (
+    SERVICE_ACCOUNT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec, store_key,
+)
+from infra import checks
+from infra.config import DIGEST_REF, ConfigError, load
+from infra.delivery import PULL_SECRET_NAME
+from infra.render import StackFile
+from tests.cloudstate_variants import edited, variant
+from tests.conftest import find, objects
+
+
+def config_of(stack: str):
+    return load(StackFile.read(stack).values)
+
+
+def entity_namespaces(rendered) -> dict[str, str]:
+    """StatefulService name -> namespace."""
+    return {s["metadata"]["name"]: s["metadata"]["namespace"] for s in objects(rendered, "StatefulService")}
+
+
+def test_each_project_gets_its_own_environment_namespace(rendered):
+    config = config_of(rendered.stack)
+    for project in config.projects:
+        namespace = find(rendered, "Namespace", f"{project.name}-{rendered.stack}")
+        labels = namespace["metadata"]["labels"]
+        # baseline: the operator's entity pods carry no securityContext (components/project_environment.py)
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+        assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+        assert labels["cloudstation.io/environment"] == rendered.stack
+    assert rendered.outputs["projectNamespaces"] == {p.name: f"{p.name}-{rendered.stack}" for p in config.projects}
+
+
+def test_one_stateful_service_per_entity_with_a_datastore_only_where_the_kind_needs_one(rendered):
+    config = config_of(rendered.stack)
+    services = {s["metadata"]["name"]: s for s in objects(rendered, "StatefulService")}
+    expected = {f"{p.name}-{e.name}": e for p in config.projects for e in p.entities}
+    expected["project-state"] = config.platform.project_state
+    assert set(services) == set(expected)
+    for name, entity in expected.items():
+        spec = services[name]["spec"]
+        namespace = services[name]["metadata"]["namespace"]
+        if entity.kind.needs_store:
+            store = find(rendered, "StatefulStore", spec["datastore"]["name"], namespace)
+            assert store["spec"]["type"] == "Postgres"
+        else:
+            assert "datastore" not in spec, name
+
+
+def test_entity_images_are_digest_pinned_and_are_the_exported_ones(rendered):
+    config = config_of(rendered.stack)
+    images = rendered.outputs["images"]
+    for service in objects(rendered, "StatefulService"):
+        [user] = service["spec"]["containers"]
+        assert DIGEST_REF.match(user["image"]), user["image"]
+        name = service["metadata"]["name"]
+        key = "platform/project-state" if name == "project-state" else name.replace("-", "/", 1)
+        assert user["image"] == images[key]
+    if rendered.stack == "prod":  # prod deploys exactly the promoted references
+        assert images["shop/cart"] == config.projects[0].entities[0].image
+        assert images["platform/project-state"] == config.platform.project_state.image
+
+
+def test_entity_pods_pull_with_the_registry_secret_and_read_pods_for_akka_bootstrap(rendered):
+    for namespace in set(entity_namespaces(rendered).values()):
+        secret = find(rendered, "Secret", PULL_SECRET_NAME, namespace)
+        assert secret["type"] == "kubernetes.io/dockerconfigjson"
+        account = find(rendered, "ServiceAccount", SERVICE_ACCOUNT, namespace)
+        assert account["imagePullSecrets"] == [{"name": PULL_SECRET_NAME}]
+        role = find(rendered, "Role", "cloudstate-entities-pod-reader", namespace)
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]}]
+        binding = find(rendered, "RoleBinding", "cloudstate-entities-pod-reader", namespace)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    for service in objects(rendered, "StatefulService"):
+        assert service["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+
+
+def test_every_entity_has_a_service_and_its_configured_replicas(rendered):
+    config = config_of(rendered.stack)
+    replicas = {f"{p.name}-{e.name}": e.replicas for p in config.projects for e in p.entities}
+    replicas["project-state"] = config.platform.project_state.replicas
+    for name, namespace in entity_namespaces(rendered).items():
+        service = find(rendered, "Service", name, namespace)
+        assert service["spec"]["selector"] == {"cloudstate.io/statefulService": name}
+        assert service["spec"]["ports"][0]["port"] == 80 and service["spec"]["ports"][0]["targetPort"] == 8013
+        hpa = find(rendered, "HorizontalPodAutoscaler", name, namespace)
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["minReplicas"] == hpa["spec"]["maxReplicas"] == replicas[name]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == f"{name}-deployment"
+    if rendered.stack == "prod":
+        assert find(rendered, "HorizontalPodAutoscaler", "shop-cart")["spec"]["minReplicas"] == 2
+
+
+def test_the_user_container_is_restricted_with_requests_and_limits(rendered):
+    for service in objects(rendered, "StatefulService"):
+        spec = {"containers": service["spec"]["containers"], "volumes": service["spec"]["volumes"]}
+        name = service["metadata"]["name"]
+        assert checks.restricted_violations(name, spec) == []
+        assert checks.resource_violations(name, spec) == []
+        sidecar = service["spec"]["sidecarResources"]
+        assert {"cpu", "memory"} <= set(sidecar["requests"]) and {"cpu", "memory"} <= set(sidecar["limits"])
+
+
+def test_project_state_runs_in_the_platform_namespace_with_its_own_store(rendered):
+    platform = config_of(rendered.stack).platform.namespace
+    service = find(rendered, "StatefulService", "project-state", platform)
+    store = find(rendered, "StatefulStore", service["spec"]["datastore"]["name"], platform)
+    find(rendered, "StatefulSet", store["metadata"]["name"], platform)
+    assert rendered.outputs["projectStateService"] == f"project-state.{platform}.svc.cluster.local:80"
+
+
+def test_a_cassandra_project_names_its_keyspace_per_project_and_environment():
+    rendered = variant("non-owner")
+    cart = find(rendered, "StatefulService", "shop-cart", "shop-test")
+    assert cart["spec"]["datastore"] == {"name": "shop-cassandra", "config": {"keyspace": "shop_test"}}
+    assert "datastore" not in find(rendered, "StatefulService", "shop-likes", "shop-test")["spec"]
+
+
+# --- pure builders ---------------------------------------------------------------------------
+
+
+def test_stateful_service_spec_only_wires_a_store_for_event_sourced_entities():
+    settings = CloudStateArgs()
+    stateful = EntityService("p-e", needs_store=True, replicas=1, image="r/p/e@sha256:" + "0" * 64)
+    stateless = EntityService("p-f", needs_store=False, replicas=1, image="r/p/f@sha256:" + "0" * 64)
+    postgres = stateful_service_spec(stateful, stateful.image, "p-postgres", "postgres", "p_test", settings)
+    assert postgres["datastore"] == {"name": "p-postgres"}
+    cassandra = stateful_service_spec(stateful, stateful.image, "p-cassandra", "cassandra", "p_test", settings)
+    assert cassandra["datastore"] == {"name": "p-cassandra", "config": {"keyspace": "p_test"}}
+    assert "datastore" not in stateful_service_spec(stateless, stateless.image, None, "postgres", "p_test", settings)
+    assert store_key("my-shop", "prod") == "my_shop_prod"
+    assert replicas_hpa_spec("p-e", 3)["minReplicas"] == replicas_hpa_spec("p-e", 3)["maxReplicas"] == 3
+    assert namespace_args("p-test", "p", "test").pod_security == "baseline"
+
+
+# --- config errors ---------------------------------------------------------------------------
+
+
+def load_problems(**edits) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load(edited("test", **edits).values)
+    return caught.value.problems
+
+
+def test_a_service_name_longer_than_a_dns_label_is_rejected_at_config_time():
+    long_entity = "e" * 40
+    [problem] = load_problems(projects=lambda projects: [
+        {**projects[0], "name": "p" * 30, "entities": [{**projects[0]["entities"][0], "name": long_entity}]}])
+    assert problem.startswith(f"cloudstation:projects[0].entities[0].name: '{long_entity}' — ")
+    assert "has 71 characters; project and entity name together may have at most 62" in problem
+
+
+def test_a_project_namespace_may_not_be_the_platform_namespace():
+    [problem] = load_problems(platform=lambda p: {**p, "namespace": "shop-test"})
+    assert problem == ("cloudstation:projects[0].name: 'shop' — its namespace 'shop-test' is the platform "
+                       "namespace (platform.namespace); rename the project or the platform namespace")

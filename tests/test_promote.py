@@ -1,0 +1,463 @@
+"""Promotion and rollback end to end: the repository's prod stack file (copied), a real registry
+with auth, test-stack state in a file:// and an S3 (moto server) backend, the Pulumi CLI path, ECR
+(moto), and every refusal leaving file, registry tags and history untouched."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+
+from infra import cli, promote, registry_api, stack_file, state_backend
+from infra.promote import PromotionRefused
+from registry_server import (  # noqa: F401 (registry is a fixture)
+    PASSWORD, USERNAME, build_oci_image, ecr_manifest, free_port, registry,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
+SECURE_LINE = "  cloudstation:someToken:\n    secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==\n"
+PROMOTE = ["promote", "--from", "test", "--to", "prod"]
+SALT_LINE = "encryptionsalt: v1:Xx4bW0xbx1Y=:v1:fd8Fv3/k0d8b7Nbx:bqPw2r3ZmzvF5Zp6kQH6YQ==\n"
+
+
+@pytest.fixture(scope="module")
+def pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F811
+    """For every entity of the repository's prod file: an `old` (in prod) and a `new` (in test)
+    image, digest-pinned refs in the test registry; `repository` is the image repository."""
+    layout = tmp_path_factory.mktemp("oci")
+    slots = stack_file.image_slots(REPO_PROD)
+    jobs = []
+    for key, slot in slots.items():
+        repository = registry_api.ImageRef.parse(slot.value).repository
+        for version in ("old", "new"):
+            image = build_oci_image(layout, f"{key.replace('/', '-')}-{version}", f"{key} {version}".encode())
+            jobs.append((key, version, repository, image))
+    with ThreadPoolExecutor(4) as pool:
+        digests = list(pool.map(lambda job: registry.push(job[3], job[2], f"test-{job[1]}"), jobs))
+    refs: dict[str, dict[str, str]] = {}
+    for (key, version, repository, _), digest in zip(jobs, digests):
+        ref = f"{registry.host}/{repository}:test-{version}@{digest}"
+        refs.setdefault(key, {"repository": repository})[version] = ref
+    return refs
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    monkeypatch.setenv(registry_api.USERNAME_ENV, USERNAME)
+    monkeypatch.setenv(registry_api.PASSWORD_ENV, PASSWORD)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-pulumi-here"))  # the direct state-backend path
+
+
+@pytest.fixture
+def root(tmp_path, pushed) -> Path:
+    """A project directory whose Pulumi.prod.yaml is the repository's, with the `old` images,
+    a secure value and an encryption salt."""
+    directory = tmp_path / "project"
+    directory.mkdir()
+    text = stack_file.edit(REPO_PROD, {key: refs["old"] for key, refs in pushed.items()})
+    text = SALT_LINE + text.replace("config:\n", "config:\n" + SECURE_LINE, 1)
+    (directory / "Pulumi.prod.yaml").write_text(text)
+    return directory
+
+
+def checkpoint(outputs: dict) -> dict:
+    """A version 3 checkpoint as the Pulumi CLI writes it, trimmed to what promotion reads."""
+    stack_urn = "urn:pulumi:test::cloudstation::pulumi:pulumi:Stack::cloudstation-test"
+    return {
+        "version": 3,
+        "checkpoint": {
+            "stack": "organization/cloudstation/test",
+            "latest": {
+                "manifest": {"time": "2026-01-01T00:00:00Z", "magic": "", "version": "v3.272.0"},
+                "resources": [
+                    {"urn": stack_urn, "custom": False, "type": "pulumi:pulumi:Stack", "outputs": outputs},
+                    {"urn": "urn:pulumi:test::cloudstation::pulumi:providers:kubernetes::kubernetes",
+                     "custom": True, "type": "pulumi:providers:kubernetes", "outputs": {}},
+                ],
+            },
+        },
+    }
+
+
+def file_backend(tmp_path: Path, images: dict, name: str = "test.json") -> str:
+    path = tmp_path / "state" / ".pulumi" / "stacks" / "cloudstation" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(checkpoint({"images": images})).encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    return f"file://{tmp_path / 'state'}"
+
+
+def new_images(pushed) -> dict[str, str]:
+    return {key: refs["new"] for key, refs in pushed.items()}
+
+
+def tags(registry, pushed) -> dict[str, dict[str, str]]:  # noqa: F811
+    """Every tag of every test repository and the digest it points at."""
+    result = {}
+    for repository in sorted({refs["repository"] for refs in pushed.values()}):
+        listed = registry.session.get(f"{registry.url}/v2/{repository}/tags/list", auth=registry.auth, timeout=5).json()
+        result[repository] = {tag: registry.digest_of(repository, tag) for tag in listed["tags"]}
+    return result
+
+
+def image_lines(text: str) -> list[int]:
+    return [i for i, line in enumerate(text.splitlines()) if line.lstrip().startswith("image:")]
+
+
+def assert_untouched(root: Path, before: bytes, registry, pushed, tags_before) -> None:  # noqa: F811
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before
+    assert not (root / "promotions.prod.jsonl").exists()
+    assert tags(registry, pushed) == tags_before
+    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.prod.yaml"]
+
+
+def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
+    before = (root / "Pulumi.prod.yaml").read_text()
+    backend = file_backend(tmp_path, new_images(pushed))
+    assert cli.main(["promote", "--from", "test", "--to", "prod", "--backend", backend, "--root", str(root)]) == 0
+    after = (root / "Pulumi.prod.yaml").read_text()
+
+    # Only the image lines differ, and each now holds the test reference.
+    old_lines, new_lines = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    assert len(old_lines) == len(new_lines)
+    differing = [i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b]
+    assert differing == image_lines(before) and len(differing) == len(pushed)
+    assert SALT_LINE in after and SECURE_LINE in after
+    assert {k: s.value for k, s in stack_file.image_slots(after).items()} == new_images(pushed)
+    stack_file.validate(after, root, "Pulumi.prod.yaml")
+
+    # The registry marks each promoted manifest, inside the registry.
+    [record] = promote.read_history(root, "prod")
+    stamp_tag = record["tags"][1]
+    assert record["tags"][0] == "prod" and stamp_tag.startswith("prod-") and stamp_tag.endswith("Z")
+    for key, refs in pushed.items():
+        digest = refs["new"].split("@")[1]
+        assert registry.digest_of(refs["repository"], "prod") == digest
+        assert registry.digest_of(refs["repository"], stamp_tag) == digest
+
+    assert record["action"] == "promote" and (record["from"], record["to"]) == ("test", "prod")
+    assert record["references"] == new_images(pushed)
+    assert record["previous"] == {key: refs["old"] for key, refs in pushed.items()}
+    assert datetime.strptime(record["when"], "%Y-%m-%dT%H:%M:%SZ")
+
+    out = capsys.readouterr()
+    assert f"promoted {len(pushed)} image(s) in Pulumi.prod.yaml, tagged prod, {stamp_tag}, recorded as #1" in out.out
+    assert PASSWORD not in out.out + out.err
+
+
+def test_registry_cost_is_three_small_requests_per_image(env, root, tmp_path, pushed):
+    result = promote.promote(root=root, images=new_images(pushed))
+    # One 401 challenge for the host, then per image: GET by digest, PUT prod, PUT prod-<time>.
+    assert result.stats.requests == 1 + 3 * len(pushed)
+    assert result.stats.bytes_sent < 1000 * 2 * len(pushed)  # manifests only
+
+
+def test_dry_run_prints_the_change_and_writes_nothing(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    tags_before = tags(registry, pushed)
+    backend = file_backend(tmp_path, new_images(pushed))
+    argv = ["promote", "--from", "test", "--to", "prod", "--dry-run", "--backend", backend, "--root", str(root)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for refs in pushed.values():
+        assert [line for line in lines if line.endswith(f"image: {refs['old']}")][0].startswith("-")
+        assert [line for line in lines if line.endswith(f"image: {refs['new']}")][0].startswith("+")
+    assert f"dry run: would promote {len(pushed)} image(s)" in out
+    assert_untouched(root, before, registry, pushed, tags_before)
+
+
+@pytest.mark.parametrize("argv, changed", [
+    (["--entity", "shop/cart"], ["shop/cart"]),
+    (["--entity", "shop/cart", "--entity", "platform/project-state"], ["platform/project-state", "shop/cart"]),
+    (["--project", "platform"], ["platform/project-state"]),
+    (["--project", "shop"], ["shop/add-item", "shop/cart", "shop/likes"]),
+])
+def test_promote_only_selected_projects_or_entities(env, root, tmp_path, pushed, argv, changed):
+    backend = file_backend(tmp_path, new_images(pushed))
+    assert cli.main([*PROMOTE, "--backend", backend, "--root", str(root), *argv]) == 0
+    slots = stack_file.image_slots(stack_file.read_text(root / "Pulumi.prod.yaml"))
+    assert sorted(k for k, s in slots.items() if s.value == pushed[k]["new"]) == changed
+    assert sorted(k for k, s in slots.items() if s.value == pushed[k]["old"]) == sorted(set(pushed) - set(changed))
+
+
+def _not_pinned(images, pushed):
+    images["shop/cart"] = images["shop/cart"].split("@")[0]
+
+
+def _missing_in_test(images, pushed):
+    del images["shop/likes"]
+
+
+def _missing_in_prod(images, pushed):
+    images["shop/checkout"] = pushed["shop/cart"]["new"]
+
+
+def _not_in_registry(images, pushed):
+    images["shop/add-item"] = images["shop/add-item"].split("@")[0] + "@sha256:" + "0" * 64
+
+
+def _unknown_repository(images, pushed):
+    images["shop/cart"] = images["shop/cart"].replace("/shop/cart:", "/shop/no-such-repo:")
+
+
+@pytest.mark.parametrize("mutate, argv, message", [
+    (_not_pinned, [], r"shop/cart: the test reference '.*shop/cart:test-new' is not pinned by digest"),
+    (_missing_in_test, [], r"shop/likes: in Pulumi.prod.yaml \(cloudstation:projects\[0\].entities\[1\].image\) "
+                           r"but missing from the test stack's `images` output"),
+    (_missing_in_prod, [], r"shop/checkout: deployed in test but missing from Pulumi.prod.yaml"),
+    (_not_in_registry, [], r"shop/add-item: sha256:0{64} is not in the registry \(127.0.0.1:\d+/shop/add-item\)"),
+    (_unknown_repository, [], r"shop/cart: sha256:[0-9a-f]{64} is not in the registry .*/shop/no-such-repo\)"),
+    (None, ["--entity", "shop/nope"], r"--entity shop/nope: no such entity"),
+    (None, ["--entity", "cart"], r"--entity 'cart': must be <project>/<entity>"),
+    (None, ["--project", "nope"], r"--project nope: no such project"),
+])
+def test_refusals_leave_file_registry_and_history_untouched(
+    env, root, tmp_path, registry, pushed, capsys, mutate, argv, message  # noqa: F811
+):
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    tags_before = tags(registry, pushed)
+    images = new_images(pushed)
+    if mutate:
+        mutate(images, pushed)
+    backend = file_backend(tmp_path, images)
+    assert cli.main([*PROMOTE, "--backend", backend, "--root", str(root), *argv]) == 1
+    err = capsys.readouterr().err
+    assert "promotion refused, nothing was changed" in err
+    assert re.search(message, err), err
+    assert_untouched(root, before, registry, pushed, tags_before)
+
+
+def test_refusal_lists_every_problem_at_once(env, root, pushed):
+    images = new_images(pushed)
+    _not_pinned(images, pushed)
+    _missing_in_test(images, pushed)
+    with pytest.raises(PromotionRefused) as refused:
+        promote.promote(root=root, images=images)
+    assert [p.split(":")[0] for p in refused.value.problems] == ["shop/cart", "shop/likes"]
+
+
+def test_refuses_without_registry_credentials(env, root, registry, pushed, monkeypatch):  # noqa: F811
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    tags_before = tags(registry, pushed)
+    monkeypatch.delenv(registry_api.PASSWORD_ENV)
+    monkeypatch.setenv("DOCKER_CONFIG", str(root / "no-docker-config"))
+    with pytest.raises(PromotionRefused, match="requires authentication"):
+        promote.promote(root=root, images=new_images(pushed))
+    assert_untouched(root, before, registry, pushed, tags_before)
+
+
+def test_registry_refusing_the_tag_leaves_the_file_and_history(env, root, pushed):
+    def read_only(host):
+        client = registry_api.connect(host)
+
+        def deny(ref, manifest, tag):
+            raise registry_api.RegistryError(f"{ref}: PUT tag {tag!r} answered HTTP 403: denied")
+
+        client.tag = deny
+        return client
+
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    with pytest.raises(PromotionRefused, match=r"PUT tag 'prod' answered HTTP 403"):
+        promote.promote(root=root, images=new_images(pushed), connect=read_only)
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before
+    assert not (root / "promotions.prod.jsonl").exists()
+
+
+def test_rollback_restores_the_exact_previous_file(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
+    original = (root / "Pulumi.prod.yaml").read_bytes()
+    backend = file_backend(tmp_path, new_images(pushed))
+    common = ["--backend", backend, "--root", str(root)]
+    assert cli.main(["promote", "--from", "test", "--to", "prod", "--entity", "shop/cart", *common]) == 0
+    once = (root / "Pulumi.prod.yaml").read_bytes()
+    assert cli.main(["promote", "--from", "test", "--to", "prod", *common]) == 0
+    assert cli.main(["rollback", "--stack", "prod", "--dry-run", "--root", str(root)]) == 0
+    assert "dry run: would roll back" in capsys.readouterr().out
+    assert len(promote.read_history(root, "prod")) == 2
+
+    assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 0
+    assert "rolled back" in capsys.readouterr().out
+    assert (root / "Pulumi.prod.yaml").read_bytes() == once
+    assert registry.digest_of(pushed["shop/likes"]["repository"], "prod") == pushed["shop/likes"]["old"].split("@")[1]
+    assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 0
+    assert (root / "Pulumi.prod.yaml").read_bytes() == original
+    assert registry.digest_of(pushed["shop/cart"]["repository"], "prod") == pushed["shop/cart"]["old"].split("@")[1]
+
+    history = promote.read_history(root, "prod")
+    assert [(r["id"], r["action"], r.get("undoes")) for r in history] == [
+        (1, "promote", None), (2, "promote", None), (3, "rollback", 2), (4, "rollback", 1)
+    ]
+    assert history[3]["references"] == {"shop/cart": pushed["shop/cart"]["old"]}
+    assert history[3]["previous"] == {"shop/cart": pushed["shop/cart"]["new"]}
+
+    capsys.readouterr()
+    assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 1
+    assert "no promotion left to roll back" in capsys.readouterr().err
+    assert (root / "Pulumi.prod.yaml").read_bytes() == original
+
+
+def test_rollback_refuses_when_the_file_changed_since(env, root, pushed):
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    path = root / "Pulumi.prod.yaml"
+    edited = stack_file.edit(stack_file.read_text(path), {"shop/cart": pushed["shop/likes"]["new"]})
+    path.write_text(edited)
+    with pytest.raises(PromotionRefused, match=r"shop/cart: Pulumi.prod.yaml has .* not .* written by promotion 1"):
+        promote.rollback(root=root)
+    assert path.read_text() == edited and len(promote.read_history(root, "prod")) == 1
+
+
+def test_same_references_again_is_a_no_op(env, root, pushed, capsys):
+    promote.promote(root=root, images=new_images(pushed))
+    text = (root / "Pulumi.prod.yaml").read_bytes()
+    result = promote.promote(root=root, images=new_images(pushed))
+    assert result.changes == [] and result.record is None
+    assert (root / "Pulumi.prod.yaml").read_bytes() == text and len(promote.read_history(root, "prod")) == 1
+
+
+# --- reading the test stack's outputs --------------------------------------------------------
+
+
+def test_file_backend_reads_plain_and_gzipped_checkpoints(tmp_path):
+    images = {"shop/cart": "r.example/shop/cart@sha256:" + "1" * 64}
+    for name in ("test.json", "test.json.gz"):
+        backend = file_backend(tmp_path / name, images, name)
+        assert state_backend.stack_output("test", "images", backend=backend, root=tmp_path, use_cli=False) == images
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"version": 2, "checkpoint": {}}, "checkpoint version 2 is not supported"),
+    ({"version": 3, "checkpoint": {"latest": {"resources": []}}}, "has not been deployed"),
+])
+def test_file_backend_refuses_unusable_checkpoints(tmp_path, document, message):
+    path = tmp_path / ".pulumi" / "stacks" / "cloudstation" / "test.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(document))
+    with pytest.raises(state_backend.StateError, match=message):
+        state_backend.stack_output("test", "images", backend=f"file://{tmp_path}", root=tmp_path, use_cli=False)
+
+
+def test_missing_stack_or_backend_are_clear_errors(tmp_path, monkeypatch):
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    with pytest.raises(state_backend.StateError, match="stack cloudstation/test not found"):
+        state_backend.stack_output("test", "images", backend=f"file://{tmp_path}", root=tmp_path, use_cli=False)
+    with pytest.raises(state_backend.StateError, match="no state backend"):
+        state_backend.stack_output("test", "images", root=tmp_path, use_cli=False)
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path}")
+    with pytest.raises(state_backend.StateError, match="not found"):
+        state_backend.stack_output("test", "images", root=tmp_path, use_cli=False)
+    backend = file_backend(tmp_path, {})
+    with pytest.raises(state_backend.StateError, match=r"has no output `other` \(outputs: images\)"):
+        state_backend.stack_output("test", "other", backend=backend, root=tmp_path, use_cli=False)
+
+
+def test_secret_images_output_is_refused(env, root, tmp_path):
+    secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "v1:abc"}
+    backend = file_backend(tmp_path, secret)
+    with pytest.raises(PromotionRefused, match="`images` output is not a map: \\[secret\\]"):
+        promote.promote(root=root, backend=backend)
+
+
+def test_uses_the_pulumi_cli_when_it_is_on_path(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.json"
+    fake = bin_dir / "pulumi"
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"call = [sys.argv[1:], os.environ.get('PULUMI_BACKEND_URL'), os.getcwd()]\n"
+        f"open({str(log)!r}, 'w').write(json.dumps(call))\n"
+        "print(json.dumps({'shop/cart': 'from-cli'}))\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    images = state_backend.stack_output("test", "images", backend="s3://state-bucket", root=tmp_path)
+    assert images == {"shop/cart": "from-cli"}
+    assert json.loads(log.read_text()) == [
+        ["stack", "output", "images", "--json", "--stack", "test"], "s3://state-bucket", str(tmp_path)
+    ]
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 API on a free loopback port, always stopped (a leftover server hangs the run)."""
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(monkeypatch):
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+def test_s3_backend_promotion(env, s3_env, s3_server, root, pushed):
+    s3 = boto3.client("s3", endpoint_url=f"http://{s3_server}", region_name="us-east-1")
+    s3.create_bucket(Bucket="cloudstation-state")
+    s3.put_object(
+        Bucket="cloudstation-state", Key="team-a/.pulumi/stacks/cloudstation/test.json",
+        Body=json.dumps(checkpoint({"images": new_images(pushed), "other": 1})).encode(),
+    )
+    query = f"endpoint={s3_server}&s3ForcePathStyle=true&disableSSL=true&region=us-east-1"
+    backend = f"s3://cloudstation-state/team-a?{query}"
+    assert state_backend.stack_output("test", "other", backend=backend, root=root) == 1
+    assert cli.main(["promote", "--from", "test", "--to", "prod", "--backend", backend, "--root", str(root)]) == 0
+    slots = stack_file.image_slots(stack_file.read_text(root / "Pulumi.prod.yaml"))
+    assert {k: s.value for k, s in slots.items()} == new_images(pushed)
+    with pytest.raises(state_backend.StateError, match="cloudstation/prod not found in s3://cloudstation-state/team-a"):
+        state_backend.stack_output("prod", "images", backend=backend, root=root)
+
+
+# --- ECR (moto) ----------------------------------------------------------------------------
+
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+
+
+def test_ecr_promotion(s3_env, tmp_path):
+    with mock_aws():
+        ecr = boto3.client("ecr", region_name="us-east-1")
+        refs: dict[str, dict[str, str]] = {}
+        for index, (key, slot) in enumerate(stack_file.image_slots(REPO_PROD).items()):
+            repository = registry_api.ImageRef.parse(slot.value).repository
+            ecr.create_repository(repositoryName=repository)
+            for version, layer in (("old", f"{2 * index:x}"), ("new", f"{2 * index + 1:x}")):
+                image = ecr.put_image(repositoryName=repository, imageManifest=ecr_manifest(layer), imageTag=version)
+                refs.setdefault(key, {"repository": repository})[version] = (
+                    f"{ECR}/{repository}:{version}@{image['image']['imageId']['imageDigest']}"
+                )
+        root = tmp_path / "project"
+        root.mkdir()
+        (root / "Pulumi.prod.yaml").write_text(stack_file.edit(REPO_PROD, {k: r["old"] for k, r in refs.items()}))
+        when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+        result = promote.promote(root=root, images={k: r["new"] for k, r in refs.items()}, now=when)
+        assert result.tags == ["prod", "prod-20260304T050607Z"]
+        for key, ref in refs.items():
+            details = ecr.describe_images(repositoryName=ref["repository"], imageIds=[{"imageTag": "prod"}])
+            assert sorted(details["imageDetails"][0]["imageTags"]) == ["new", "prod", "prod-20260304T050607Z"]
+        promote.rollback(root=root, now=when.replace(second=8))
+        old = stack_file.edit(REPO_PROD, {k: r["old"] for k, r in refs.items()})
+        assert (root / "Pulumi.prod.yaml").read_text() == old
+        before = (root / "Pulumi.prod.yaml").read_bytes()
+        missing = {k: r["new"].split("@")[0] + "@sha256:" + "e" * 64 for k, r in refs.items()}
+        with pytest.raises(PromotionRefused, match="is not in the registry"):
+            promote.promote(root=root, images=missing)
+        assert (root / "Pulumi.prod.yaml").read_bytes() == before
+        shutil.rmtree(root)

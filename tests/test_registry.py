@@ -1,0 +1,378 @@
+"""The private registry: config validation, the pure builders, the Registry component and the
+registry access of both stack files (managed in test, shared in prod), plus external mode."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import bcrypt
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+
+from components import registry as reg
+from components.namespace import Namespace, NamespaceArgs
+from infra import checks, delivery, render, validate, versions
+from infra import config as stack_config
+from infra.mocks import is_wrapped_secret
+from infra.program import StackContext
+from infra.render import ROOT
+from tests.conftest import find, objects, pod_spec
+
+REGISTRY_OBJECTS = {
+    "Deployment": "registry", "Service": "registry", "NetworkPolicy": "registry",
+    "PersistentVolumeClaim": "registry-data", "ConfigMap": "registry-config", "Secret": "registry-auth",
+}
+"""What a managed registry consists of (kind -> name), besides the pull Secrets."""
+
+
+def managed(**values) -> reg.RegistryConfig:
+    return reg.RegistryConfig.model_validate(values)
+
+
+def with_registry(stack: str, registry: dict, secrets: dict[str, str] | None = None) -> render.StackFile:
+    """The stack file with `platform.registry` replaced (and extra secure keys)."""
+    stack_file = render.StackFile.read(stack)
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    platform["registry"] = registry
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    for key, value in (secrets or {}).items():
+        stack_file.values[f"cloudstation:{key}"] = value
+        stack_file.secret_keys.append(f"cloudstation:{key}")
+    return stack_file
+
+
+def problems(stack_file: render.StackFile) -> list[str]:
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(stack_file.values, root=ROOT)
+    return error.value.problems
+
+
+def as_object(kind: str, api_version: str, name: str, spec: dict) -> dict:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "cloudstation"}, "spec": spec}
+
+
+# --- config -----------------------------------------------------------------------------------
+
+ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
+
+
+@pytest.mark.parametrize(
+    "registry, secrets, expected",
+    [
+        ({"mode": "external", "url": "ftp://registry.example.com", "username": "u"}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.url: 'ftp://registry.example.com' — must be [https://]host[:port][/path]"),
+        ({"mode": "external", "url": "http://registry.example.com", "username": "u"}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.url: 'http://registry.example.com' — plain http:// is only possible for localhost"),
+        ({"mode": "external", "url": "registry.example.com/Upper", "username": "u"}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.url: 'registry.example.com/Upper' — must be"),
+        ({"mode": "external", "username": "u"}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.url: (not set) — mode: external needs the registry's url"),
+        ({"mode": "external", "url": ECR}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.username: (not set) — mode: external needs the registry's username (`AWS` for ECR)"),
+        ({"mode": "external", "url": ECR, "username": "AWS"}, {},
+         "cloudstation:platform.registry (registryPassword): (not set) — mode: external needs the password as a secret: "
+         "pulumi config set --secret cloudstation:registryPassword <password>"),
+        ({"mode": "external", "url": ECR, "username": "AWS", "nodePort": 32000}, {"registryPassword": "x"},
+         "cloudstation:platform.registry.nodePort: 32000 — only for mode: managed or shared"),
+        ({"mode": "external", "url": ECR, "username": "AWS", "storage": {"size": "1Gi"}}, {"registryPassword": "x"},
+         'cloudstation:platform.registry.storage: {"size": "1Gi", "storageClass": null} — only for mode: managed'),
+        ({"url": ECR}, {}, f"cloudstation:platform.registry.url: '{ECR}' — only for mode: external"),
+        ({"mode": "shared", "username": "u"}, {}, "cloudstation:platform.registry.username: 'u' — only for mode: managed or external"),
+        ({"nodePort": 80}, {}, "cloudstation:platform.registry.nodePort: 80 — input should be greater than or equal to 30000"),
+        ({"loadBalancer": True}, {},
+         "cloudstation:platform.registry.loadBalancerSourceRanges: [] — loadBalancer needs the client CIDRs it admits"),
+        ({"nodeCidrs": ["10.0.0.300/8"]}, {}, "cloudstation:platform.registry.nodeCidrs[0]: '10.0.0.300/8' — "),
+        ({"pushHost": "https://registry.example.com"}, {},
+         "cloudstation:platform.registry.pushHost: 'https://registry.example.com' — must be host[:port]"),
+        ({"mode": "elsewhere"}, {}, "cloudstation:platform.registry.mode: 'elsewhere' — must be one of 'managed', 'shared' or 'external'"),
+        ({"nodeport": 32001}, {}, "cloudstation:platform.registry.nodeport: unknown key — allowed keys: mode, "),
+    ],
+)
+def test_bad_registry_config_is_named_with_its_value_and_what_is_allowed(registry, secrets, expected):
+    found = problems(with_registry("test", registry, secrets))
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_external_registry_urls_give_host_and_repository_prefix():
+    config = reg.RegistryConfig.model_validate(
+        {"mode": "external", "url": f"https://{ECR}/team/cloudstation/", "username": "AWS"}
+    )
+    assert (config.pull_host, config.repository_prefix, config.effective_push_host) == (ECR, "team/cloudstation", ECR)
+    local = reg.RegistryConfig.model_validate({"mode": "external", "url": "http://localhost:5000", "username": "u"})
+    assert (local.pull_host, local.repository_prefix) == ("localhost:5000", "")
+
+
+def test_managed_pull_host_is_the_node_port_on_localhost_and_push_host_may_differ():
+    assert managed(nodePort=31234).pull_host == "localhost:31234"
+    assert managed(nodePort=31234).effective_push_host == "localhost:31234"
+    assert managed(pushHost="registry.example.com").effective_push_host == "registry.example.com"
+
+
+# --- pure builders ----------------------------------------------------------------------------
+
+
+def test_htpasswd_entry_is_bcrypt_and_verifies():
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    line = reg.htpasswd("cloudstation", hashed)
+    user, _, stored = line.rstrip("\n").partition(":")
+    assert user == "cloudstation" and stored.startswith("$2")
+    assert bcrypt.checkpw(b"s3cret", stored.encode()) and not bcrypt.checkpw(b"wrong", stored.encode())
+
+
+def test_dockerconfigjson_holds_basic_auth_for_the_pull_host():
+    auths = json.loads(reg.dockerconfigjson("localhost:32000", "cloudstation", "pw"))["auths"]
+    assert list(auths) == ["localhost:32000"]
+    assert base64.b64decode(auths["localhost:32000"]["auth"]).decode() == "cloudstation:pw"
+
+
+def test_registry_config_file_has_auth_storage_and_debug_health_but_no_secret():
+    settings = yaml.safe_load(reg.registry_config_yaml())
+    assert settings["auth"] == {"htpasswd": {"realm": "cloudstation", "path": "/auth/htpasswd"}}
+    assert settings["storage"]["filesystem"]["rootdirectory"] == reg.DATA_PATH
+    assert settings["http"]["addr"] == ":5000" and settings["http"]["debug"]["addr"] == ":5001"
+    assert settings["health"]["storagedriver"]["enabled"] is True
+    assert "secret" not in settings["http"]  # REGISTRY_HTTP_SECRET comes from the Secret
+
+
+def test_registry_pod_is_restricted_probed_and_bounded():
+    spec = reg.deployment_spec("registry", versions.image("registry"), managed())
+    pod = spec["template"]["spec"]
+    name = "Deployment cloudstation/registry"
+    for check in (checks.restricted_violations, checks.resource_violations, checks.image_violations,
+                  checks.secret_env_violations):
+        assert check(name, pod) == []
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"] == {"path": "/debug/health", "port": "debug"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 5000, "debug": 5001}
+    assert container["env"] == [
+        {"name": "REGISTRY_HTTP_SECRET", "valueFrom": {"secretKeyRef": {"name": "registry-auth", "key": "http-secret"}}}
+    ]
+    assert spec["strategy"] == {"type": "Recreate"} and spec["replicas"] == 1
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "registry-data"}
+    assert volumes["auth"]["secret"]["secretName"] == "registry-auth"
+    assert "emptyDir" in volumes["tmp"]
+
+
+def test_config_changes_roll_the_registry_pod():
+    annotations = reg.deployment_spec("registry", "img:1", managed())["template"]["metadata"]["annotations"]
+    assert annotations["cloudstation.io/config-sha256"] == hashlib.sha256(reg.registry_config_yaml().encode()).hexdigest()
+
+
+def test_service_is_a_node_port_unless_a_load_balancer_is_asked_for():
+    default = reg.service_spec("registry", managed(nodePort=31000))
+    assert default["type"] == "NodePort" and "loadBalancerSourceRanges" not in default
+    assert default["ports"][0]["nodePort"] == 31000 and default["externalTrafficPolicy"] == "Local"
+    lb = reg.service_spec("registry", managed(loadBalancer=True, loadBalancerSourceRanges=["203.0.113.0/24"]))
+    assert lb["type"] == "LoadBalancer" and lb["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+
+
+def test_network_policy_admits_only_client_namespaces_nodes_and_asked_for_ingress():
+    config = managed(
+        nodeCidrs=["10.0.0.0/16"],
+        loadBalancer=True,
+        loadBalancerSourceRanges=["203.0.113.0/24"],
+        ingress={"host": "registry.example.com", "controllerNamespace": "ingress-nginx"},
+    )
+    spec = reg.network_policy_spec("registry", config, ["shop-test", "cloudstation", "shop-test"])
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": 5000, "protocol": "TCP"}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["cloudstation", "shop-test"]}]}},
+        {"ipBlock": {"cidr": "10.0.0.0/16"}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+        {"ipBlock": {"cidr": "203.0.113.0/24"}},
+    ]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
+    default = reg.network_policy_spec("registry", managed(), ["cloudstation"])
+    assert len(default["ingress"][0]["from"]) == 1
+
+
+def test_optional_exposure_objects_pass_the_official_schemas():
+    config = managed(
+        loadBalancer=True, loadBalancerSourceRanges=["203.0.113.0/24"],
+        ingress={"host": "registry.example.com", "className": "nginx", "tlsSecretName": "registry-tls",
+                 "controllerNamespace": "ingress-nginx"},
+    )
+    built = [
+        as_object("Service", "v1", "registry", reg.service_spec("registry", config)),
+        as_object("NetworkPolicy", "networking.k8s.io/v1", "registry",
+                  reg.network_policy_spec("registry", config, ["cloudstation"])),
+        as_object("Ingress", "networking.k8s.io/v1", "registry", reg.ingress_spec("registry", config.ingress)),
+        as_object("Deployment", "apps/v1", "registry", reg.deployment_spec("registry", "img:1", config)),
+    ]
+    assert validate.validate_all(built) == []
+    assert built[2]["spec"]["tls"] == [{"hosts": ["registry.example.com"], "secretName": "registry-tls"}]
+
+
+# --- the component and the access, under mocks ------------------------------------------------
+
+
+def test_registry_component_keeps_a_bcrypt_htpasswd_of_a_generated_password_in_a_secret(mocked):
+    @pulumi.runtime.test
+    def build():
+        component = reg.Registry(
+            "registry",
+            reg.RegistryArgs(config=managed(username="pusher"), namespace="cloudstation",
+                             client_namespaces=["cloudstation"], image="img:1"),
+        )
+        return component.password
+
+    build()  # returns once every registration has completed
+    by_name = {r.name: r for r in mocked.registrations}
+    password = by_name["registry-password"]
+    assert password.type == "random:index/randomPassword:RandomPassword"
+    assert password.inputs["length"] >= 32 and password.inputs["special"] is False
+    secret = by_name["registry-auth"].inputs
+    assert is_wrapped_secret(secret["stringData"])
+    data = secret["stringData"]["value"]
+    assert data["htpasswd"].startswith("pusher:$2") and data["htpasswd"].endswith("\n")
+    assert data["username"] == "pusher" and data["password"] and data["http-secret"]
+    children = [r for r in mocked.registrations if r.name != "registry"]
+    assert {r.parent for r in children} == {by_name["registry"].urn}
+    assert all(r.name.startswith("registry-") for r in children)
+
+
+def access_for(stack_file: render.StackFile, seen: dict):
+    """Run deploy_registry + image_pull_secret for a stack file's config under the active mocks."""
+    config = stack_config.load(stack_file.values, root=ROOT)
+    pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
+
+    @pulumi.runtime.test
+    def run():
+        provider = k8s.Provider("kubernetes")
+        stack = StackContext(config, "unit", provider)
+        namespace = Namespace("platform", NamespaceArgs(name=config.platform.namespace), stack.opts)
+        access = delivery.deploy_registry(stack, namespace)
+        delivery.image_pull_secret("pull-platform", access, namespace.name, stack.opts)
+        seen["access"] = access
+        return access.dockerconfigjson.apply(lambda value: seen.update(dockerconfigjson=json.loads(value)))
+
+    run()
+    return seen["access"]
+
+
+def pull_secret_config(mocked) -> dict:
+    (pull,) = [r for r in mocked.registrations if r.name == "pull-platform"]
+    assert pull.inputs["type"] == "kubernetes.io/dockerconfigjson"
+    assert is_wrapped_secret(pull.inputs["stringData"])
+    return json.loads(pull.inputs["stringData"]["value"][".dockerconfigjson"])
+
+
+def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(mocked):
+    seen: dict = {}
+    access = access_for(render.StackFile.read("prod"), seen)
+    auths = seen["dockerconfigjson"]["auths"]
+    assert list(auths) == ["localhost:32000"]
+    # The fake existing Secret `cloudstation/registry-auth` of infra/mocks.py
+    assert auths["localhost:32000"]["username"] == "username-of-cloudstation/registry-auth"
+    assert auths["localhost:32000"]["password"] == "password-of-cloudstation/registry-auth"
+    assert pull_secret_config(mocked) == seen["dockerconfigjson"]
+    assert not [r for r in mocked.registrations if r.type.startswith(("kubernetes:apps", "random:"))]
+    assert access.pull_host == "localhost:32000" and access.registry is None
+
+
+def test_external_mode_uses_the_configured_credentials(mocked):
+    stack_file = with_registry("test", {"mode": "external", "url": f"{ECR}/cloudstation", "username": "AWS"},
+                               {"registryPassword": "ecr-token"})
+    seen: dict = {}
+    access = access_for(stack_file, seen)
+    expected = {ECR: {"username": "AWS", "password": "ecr-token", "auth": base64.b64encode(b"AWS:ecr-token").decode()}}
+    assert seen["dockerconfigjson"]["auths"] == expected
+    assert pull_secret_config(mocked)["auths"] == expected
+    assert (access.pull_host, access.repository("shop", "cart")) == (ECR, "cloudstation/shop/cart")
+
+
+# --- the rendered graph of both stack files ---------------------------------------------------
+
+
+def registry_objects(rendered) -> list[dict]:
+    return [o for o in rendered.manifests() if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "registry"]
+
+
+def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
+    config = render.validate_config(rendered.stack)
+    found = registry_objects(rendered)
+    pull_secrets = [o for o in found if o["metadata"]["name"] == delivery.PULL_SECRET_NAME]
+    registry = sorted((o["kind"], o["metadata"]["name"]) for o in found if o not in pull_secrets)
+    if rendered.stack == "test":
+        assert config.platform.registry.mode == "managed"
+        assert registry == sorted(REGISTRY_OBJECTS.items())  # each exactly once
+        assert {o["metadata"]["namespace"] for o in found if o not in pull_secrets} == {config.platform.namespace}
+        assert find(rendered, "Secret", "registry-auth")["type"] == "Opaque"
+    else:
+        assert config.platform.registry.mode == "shared"
+        assert registry == []
+    assert pull_secrets and all(o["type"] == "kubernetes.io/dockerconfigjson" for o in pull_secrets)
+
+
+def test_every_entity_namespace_gets_the_pull_secret(rendered):
+    config = render.validate_config(rendered.stack)
+    namespaces = {
+        o["metadata"]["namespace"]
+        for o in objects(rendered, "Secret")
+        if o["metadata"]["name"] == delivery.PULL_SECRET_NAME and o["type"] == "kubernetes.io/dockerconfigjson"
+    }
+    assert namespaces == set(delivery.client_namespaces(config))
+
+
+def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stacks):
+    rendered = rendered_stacks["test"]
+    config = render.validate_config("test")
+    deployment = find(rendered, "Deployment", "registry", config.platform.namespace)
+    pod = pod_spec(deployment)
+    assert checks.restricted_violations("registry", pod) == []
+    assert checks.resource_violations("registry", pod) == []
+    (container,) = pod["containers"]
+    assert container["image"] == versions.image("registry", config.platform.image_mirror)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/debug/health"
+    claim = find(rendered, "PersistentVolumeClaim", "registry-data", config.platform.namespace)
+    assert claim["spec"]["resources"]["requests"]["storage"] == config.platform.registry.storage.size
+    service = find(rendered, "Service", "registry", config.platform.namespace)
+    assert service["spec"]["type"] == "NodePort"
+    assert service["spec"]["ports"][0]["nodePort"] == config.platform.registry.node_port
+    assert not [o for o in objects(rendered, "Ingress") if o["metadata"]["name"] == "registry"]  # off by default
+    policy = find(rendered, "NetworkPolicy", "registry", config.platform.namespace)
+    peers = policy["spec"]["ingress"][0]["from"]
+    assert peers[0]["namespaceSelector"]["matchExpressions"][0]["values"] == sorted(delivery.client_namespaces(config))
+    assert [p["ipBlock"]["cidr"] for p in peers[1:]] == [str(c) for c in config.platform.registry.node_cidrs]
+    config_map = find(rendered, "ConfigMap", "registry-config", config.platform.namespace)
+    assert "[secret]" not in config_map["data"]["config.yml"]
+
+
+def test_registry_outputs_name_the_pull_host_and_keep_the_password_secret(rendered):
+    registry = rendered.outputs["registry"]
+    assert registry["pullHost"] == "localhost:32000"
+    assert registry["mode"] == render.validate_config(rendered.stack).platform.registry.mode
+    if rendered.stack == "test":
+        assert rendered.outputs["registryPassword"] == render.SECRET
+    assert "password" not in json.dumps(registry).lower()
+
+
+def test_prod_stack_file_images_are_pulled_from_the_registry_of_the_cluster():
+    config = render.validate_config("prod")
+    for project, entity in delivery.all_entities(config):
+        assert entity.image.startswith(f"{config.platform.registry.pull_host}/{project}/{entity.name}:"), entity.image
+
+
+def test_external_mode_renders_no_registry_and_pushes_to_the_external_host():
+    stack_file = with_registry("test", {"mode": "external", "url": f"https://{ECR}/cloudstation", "username": "AWS"},
+                               {"registryPassword": "token"})
+    rendered = render.render("test", stack_file=stack_file)
+    assert [o["kind"] for o in registry_objects(rendered) if o["kind"] != "Secret"] == []
+    assert not [o for o in objects(rendered, "Secret") if o["metadata"]["name"] == "registry-auth"]
+    assert rendered.outputs["registry"] == {
+        "mode": "external", "pullHost": ECR, "pushHost": ECR, "username": "AWS", "url": f"https://{ECR}/cloudstation",
+    }
+    for key, ref in rendered.outputs["images"].items():
+        assert ref.startswith(f"{ECR}/cloudstation/{key}:") and "@sha256:" in ref
+    for image in rendered.of_type("docker:index/image:Image"):
+        assert image.inputs["imageName"].startswith(f"{ECR}/cloudstation/")
+        assert image.inputs["registry"]["value"]["server"] == ECR
+    assert "registryPassword" not in rendered.outputs

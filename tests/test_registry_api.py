@@ -1,0 +1,228 @@
+"""infra/registry_api.py against a real registry (docker-registry with auth), a bearer-token front
+for it, and moto's ECR."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import boto3
+import pytest
+import requests
+from moto import mock_aws
+
+from infra import registry_api
+from infra.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
+from registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest, registry  # noqa: F401 (fixture)
+
+LAYER_BYTES = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def images(registry, tmp_path_factory) -> dict[str, ImageRef]:  # noqa: F811
+    """An OCI-manifest image and a Docker-v2 manifest image, each with a 1 MiB layer."""
+    layout = tmp_path_factory.mktemp("oci")
+    image = build_oci_image(layout, "v1", os.urandom(LAYER_BYTES))
+    oci = registry.push(image, "shop/cart", "v1")
+    docker = registry.push(image, "shop/likes", "v1", manifest_format="v2s2")
+    return {
+        "oci": ImageRef.parse(f"{registry.host}/shop/cart:v1@{oci}"),
+        "docker": ImageRef.parse(f"{registry.host}/shop/likes:v1@{docker}"),
+    }
+
+
+def client(registry, password: str = PASSWORD) -> DistributionRegistry:  # noqa: F811
+    return DistributionRegistry(registry.host, Credentials(USERNAME, password))
+
+
+def test_image_ref_parses_digest_pinned_refs_and_refuses_others():
+    ref = ImageRef.parse("127.0.0.1:5000/shop/cart:v1@sha256:" + "a" * 64)
+    parts = (ref.registry, ref.repository, ref.tag, ref.digest)
+    assert parts == ("127.0.0.1:5000", "shop/cart", "v1", "sha256:" + "a" * 64)
+    assert str(ref) == "127.0.0.1:5000/shop/cart:v1@sha256:" + "a" * 64
+    assert ImageRef.parse("r.example/a/b@sha256:" + "0" * 64).tag is None
+    with pytest.raises(ValueError, match="not pinned by digest"):
+        ImageRef.parse("127.0.0.1:5000/shop/cart:v1")
+
+
+def test_credentials_from_env_then_docker_config(tmp_path):
+    env = {registry_api.USERNAME_ENV: "u", registry_api.PASSWORD_ENV: "p", "DOCKER_CONFIG": str(tmp_path)}
+    assert registry_api.credentials_for("r.example", env) == Credentials("u", "p")
+    auth = base64.b64encode(b"docker-user:docker-pw").decode()
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {"https://r.example:5000/v1/": {"auth": auth}}}))
+    env = {"DOCKER_CONFIG": str(tmp_path)}
+    assert registry_api.credentials_for("r.example:5000", env) == Credentials("docker-user", "docker-pw")
+    assert registry_api.credentials_for("other.example", env) is None
+    assert "docker-pw" not in repr(registry_api.credentials_for("r.example:5000", env))
+
+
+def test_loopback_and_listed_registries_use_http_others_https():
+    assert DistributionRegistry("127.0.0.1:5000", env={}).base == "http://127.0.0.1:5000"
+    assert DistributionRegistry("localhost:5000", env={}).base == "http://localhost:5000"
+    assert DistributionRegistry("r.example", env={}).base == "https://r.example"
+    assert DistributionRegistry("r.example", env={registry_api.INSECURE_ENV: "a, r.example"}).base == "http://r.example"
+
+
+@pytest.mark.parametrize("kind, media_type", [
+    ("oci", "application/vnd.oci.image.manifest.v1+json"),
+    ("docker", "application/vnd.docker.distribution.manifest.v2+json"),
+])
+def test_manifest_by_digest_keeps_the_exact_bytes(registry, images, kind, media_type):  # noqa: F811
+    manifest = client(registry).manifest(images[kind])
+    assert manifest.media_type == media_type
+    assert manifest.digest == images[kind].digest  # sha256 of the body, checked by the client too
+
+
+def test_without_accept_header_the_registry_would_not_serve_the_oci_manifest(registry, images):  # noqa: F811
+    # Why every GET sends Accept: distribution answers 404 for an OCI manifest without it.
+    ref = images["oci"]
+    bare = requests.get(f"{registry.url}/v2/{ref.repository}/manifests/{ref.digest}", auth=registry.auth, timeout=5)
+    assert bare.status_code == 404 and "accept header" in bare.text
+
+
+@pytest.mark.parametrize("kind", ["oci", "docker"])
+def test_tag_copies_the_manifest_inside_the_registry_without_layer_bytes(registry, images, kind):  # noqa: F811
+    ref = images[kind]
+    registry_client = client(registry)
+    manifest = registry_client.manifest(ref)
+    registry_client.tag(ref, manifest, "prod")
+    registry_client.tag(ref, manifest, "prod-20260101T000000Z")
+    assert registry.digest_of(ref.repository, "prod") == ref.digest
+    assert registry.digest_of(ref.repository, "prod-20260101T000000Z") == ref.digest
+    stats = registry_client.stats
+    # 401 challenge + GET + 2 PUTs; only manifests on the wire, never the 1 MiB layer.
+    assert stats.requests == 4
+    assert stats.bytes_sent == 2 * len(manifest.body)
+    assert stats.bytes_received < 4096 < LAYER_BYTES
+
+
+def test_missing_digest_or_repository_is_none(registry, images):  # noqa: F811
+    registry_client = client(registry)
+    assert registry_client.manifest(ImageRef.parse(f"{registry.host}/shop/cart@sha256:" + "0" * 64)) is None
+    assert registry_client.manifest(ImageRef.parse(f"{registry.host}/no/such@{images['oci'].digest}")) is None
+
+
+def test_missing_or_wrong_credentials_are_clear_errors_without_the_password(registry, images):  # noqa: F811
+    with pytest.raises(RegistryError, match=registry_api.USERNAME_ENV):
+        DistributionRegistry(registry.host, None).manifest(images["oci"])
+    with pytest.raises(RegistryError, match="rejected the credentials") as error:
+        client(registry, password="wrong-password").manifest(images["oci"])
+    assert "wrong-password" not in str(error.value)
+
+
+class _TokenFront(BaseHTTPRequestHandler):
+    """A registry front that wants Bearer tokens (like Docker Hub, GHCR, Harbor) and forwards to
+    the real registry; its token endpoint takes Basic credentials."""
+
+    token = "issued-token"
+    upstream: str
+    upstream_auth: tuple[str, str]
+    scopes: list[str]
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def _answer(self, status: int, headers: dict, body: bytes = b"") -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self) -> None:
+        if self.path.startswith("/token"):
+            expected = "Basic " + base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+            if self.headers.get("Authorization") != expected:
+                return self._answer(401, {})
+            self.scopes.append(self.path)
+            return self._answer(200, {"Content-Type": "application/json"}, json.dumps({"token": self.token}).encode())
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            realm = f"http://{self.headers['Host']}/token"
+            repository = self.path.split("/manifests/")[0].removeprefix("/v2/")
+            challenge = f'Bearer realm="{realm}",service="front",scope="repository:{repository}:pull,push"'
+            return self._answer(401, {"WWW-Authenticate": challenge})
+        length = int(self.headers.get("Content-Length") or 0)
+        headers = {k: v for k, v in self.headers.items() if k in ("Accept", "Content-Type")}
+        upstream = requests.request(
+            self.command, self.upstream + self.path, headers=headers, data=self.rfile.read(length) or None,
+            auth=self.upstream_auth, timeout=5,
+        )
+        keep = {k: v for k, v in upstream.headers.items() if k in ("Content-Type", "Docker-Content-Digest")}
+        self._answer(upstream.status_code, keep, upstream.content)
+
+    do_GET = do_HEAD = do_PUT = _handle
+
+
+def test_bearer_token_challenge(registry, images):  # noqa: F811
+    handler = type("Front", (_TokenFront,), {"upstream": registry.url, "upstream_auth": registry.auth, "scopes": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{server.server_address[1]}"
+        front = DistributionRegistry(host, Credentials(USERNAME, PASSWORD))
+        ref = ImageRef.parse(f"{host}/{images['oci'].repository}@{images['oci'].digest}")
+        manifest = front.manifest(ref)
+        front.tag(ref, manifest, "via-token")
+        assert registry.digest_of(ref.repository, "via-token") == ref.digest
+        assert handler.scopes == ["/token?service=front&scope=repository%3Ashop%2Fcart%3Apull%2Cpush"]
+        assert front.stats.requests == 4  # challenge, token, GET, PUT (token reused)
+        with pytest.raises(RegistryError, match="token service refused"):
+            DistributionRegistry(host, Credentials(USERNAME, "nope")).manifest(ref)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ECR_HOST = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+ECR_MANIFEST = ecr_manifest("d")
+
+
+@pytest.fixture
+def ecr(monkeypatch):
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("ecr", region_name="us-east-1")
+        client.create_repository(repositoryName="shop/cart")
+        pushed = client.put_image(repositoryName="shop/cart", imageManifest=ECR_MANIFEST, imageTag="test-abc")
+        # moto's digest is not sha256(manifest) (environment.md §3.1): use the one it reports.
+        yield client, pushed["image"]["imageId"]["imageDigest"]
+
+
+def test_ecr_fetch_and_tag_with_the_exact_manifest_string(ecr):
+    client, digest = ecr
+    registry_client = registry_api.connect(ECR_HOST)
+    assert isinstance(registry_client, EcrRegistry)
+    ref = ImageRef.parse(f"{ECR_HOST}/shop/cart:test-abc@{digest}")
+    manifest = registry_client.manifest(ref)
+    assert manifest.body.decode() == ECR_MANIFEST
+    registry_client.tag(ref, manifest, "prod")
+    registry_client.tag(ref, manifest, "prod")  # again: already there is fine
+    described = client.describe_images(repositoryName="shop/cart")["imageDetails"]
+    assert [sorted(d["imageTags"]) for d in described] == [["prod", "test-abc"]]
+    assert registry_client.stats.requests == 3
+
+
+def test_ecr_missing_digest_or_repository_is_none(ecr):
+    _, digest = ecr
+    registry_client = registry_api.connect(ECR_HOST)
+    assert registry_client.manifest(ImageRef.parse(f"{ECR_HOST}/shop/cart@sha256:" + "0" * 64)) is None
+    assert registry_client.manifest(ImageRef.parse(f"{ECR_HOST}/shop/none@{digest}")) is None
+
+
+def test_node_side_registry_address_can_be_mapped_for_the_promoter(registry, images):  # noqa: F811
+    env = {
+        registry_api.ADDRESSES_ENV: f"other:1=x:2, localhost:32000={registry.host}",
+        registry_api.USERNAME_ENV: USERNAME,
+        registry_api.PASSWORD_ENV: PASSWORD,
+    }
+    node_side = ImageRef.parse(f"localhost:32000/{images['oci'].repository}@{images['oci'].digest}")
+    registry_client = registry_api.connect("localhost:32000", env)
+    assert registry_client.base == f"http://{registry.host}"
+    assert registry_client.manifest(node_side).digest == images["oci"].digest

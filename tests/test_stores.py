@@ -1,0 +1,241 @@
+"""PostgreSQL and Cassandra (managed and external) and the StatefulStores that point at them."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from components import cassandra as cassandra_module
+from components import postgres as postgres_module
+from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
+from components.cloudstate_store import stateful_store_spec
+from components.postgres import Postgres, PostgresArgs, PostgresSettings, SecretRef
+from infra import checks, validate, versions
+from infra.config import ConfigError, load
+from infra.render import StackFile
+from tests.cloudstate_variants import build, edited, manifests, validation_problems, variant
+from tests.conftest import find, objects, pod_spec
+
+WORKLOAD_CHECKS = [checks.restricted_violations, checks.resource_violations, checks.image_violations,
+                   checks.secret_env_violations]
+
+
+def container(spec: dict, name: str) -> dict:
+    [match] = [c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name]
+    return match
+
+
+def env_of(container_: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container_.get("env", [])}
+
+
+def secret_keys(rendered, name: str, namespace: str) -> set[str]:
+    [secret] = [o for o in manifests(rendered.registrations) if o["kind"] == "Secret"
+                and o["metadata"]["name"] == name and o["metadata"]["namespace"] == namespace]
+    return set(secret.get("stringData") or secret.get("data"))
+
+
+def stores(rendered) -> list[dict]:
+    return objects(rendered, "StatefulStore")
+
+
+# --- managed PostgreSQL: both stack files use it ---------------------------------------------
+
+
+def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentials(rendered):
+    config = load(StackFile.read(rendered.stack).values)
+    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {config.platform.namespace, f"shop-{rendered.stack}"}
+    size = config.platform.stores.postgres.storage.size
+    for store in stores(rendered):
+        name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
+        statefulset = find(rendered, "StatefulSet", name, namespace)
+        claim = statefulset["spec"]["volumeClaimTemplates"][0]
+        assert claim["metadata"]["name"] == "data" and claim["spec"]["resources"]["requests"]["storage"] == size
+        headless = find(rendered, "Service", f"{name}-headless", namespace)
+        assert headless["spec"]["clusterIP"] == "None" and statefulset["spec"]["serviceName"] == f"{name}-headless"
+        client = find(rendered, "Service", name, namespace)
+        assert client["spec"]["ports"] == [{"name": "postgres", "port": 5432, "targetPort": "postgres"}]
+        assert secret_keys(rendered, f"{name}-credentials", namespace) == {"username", "password", "database"}
+        assert store["spec"] == stateful_store_spec(
+            "postgres", f"{name}.{namespace}.svc.cluster.local", 5432, f"{name}-credentials")
+
+
+def test_managed_postgres_runs_as_postgres_on_its_volume_with_probes(rendered):
+    statefulset = find(rendered, "StatefulSet", f"shop-postgres", f"shop-{rendered.stack}")
+    spec = pod_spec(statefulset)
+    assert [p for check in WORKLOAD_CHECKS for p in check("postgres", spec)] == []
+    assert spec["securityContext"]["runAsUser"] == spec["securityContext"]["fsGroup"] == 70
+    server = container(spec, "postgres")
+    assert server["image"] == versions.image("postgres")
+    env = env_of(server)
+    assert env["PGDATA"]["value"].startswith("/var/lib/postgresql/data/")
+    for name, key in (("POSTGRES_USER", "username"), ("POSTGRES_PASSWORD", "password"), ("POSTGRES_DB", "database")):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "shop-postgres-credentials", "key": key}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "pg_isready" in " ".join(server[probe]["exec"]["command"])
+    mounts = {m["mountPath"] for m in server["volumeMounts"]}
+    assert {"/var/lib/postgresql/data", "/var/run/postgresql", "/tmp"} <= mounts
+
+
+def test_generated_passwords_are_long_and_random(rendered):
+    passwords = [r for r in rendered.of_type("random:index/randomPassword:RandomPassword")
+                 if r.name.endswith(("postgres-password", "cassandra-password"))]
+    assert {r.name for r in passwords} >= {"shop-postgres-password", "project-state-postgres-password"}
+    assert all(r.inputs["length"] >= 32 for r in passwords)
+
+
+# --- external PostgreSQL, managed and external Cassandra (variant stacks) --------------------
+
+
+def test_variant_stacks_validate_and_meet_the_standard():
+    owner = variant("owner-external-cassandra")
+    owner_crds = objects(owner, "CustomResourceDefinition")
+    for rendered in (variant("non-owner"), owner):
+        assert validation_problems(rendered, extra_crds=owner_crds) == []
+        specs = checks.workloads(rendered.manifests())
+        assert [p for name, spec in specs for check in WORKLOAD_CHECKS for p in check(name, spec)] == []
+
+
+def test_external_postgres_copies_the_named_secret_and_creates_the_database():
+    rendered = variant("non-owner")
+    assert not [s for s in objects(rendered, "StatefulSet") if s["metadata"]["name"] == "project-state-postgres"]
+    assert secret_keys(rendered, "project-state-postgres-credentials", "cloudstation") == {"username", "password", "database"}
+    [copy] = [r for r in rendered.of_type("kubernetes:core/v1:Secret") if r.name == "project-state-postgres-credentials"]
+    assert base64.b64decode(copy.inputs["data"]["value"]["database"]).decode() == "platform_test"
+    store = find(rendered, "StatefulStore", "project-state-postgres", "cloudstation")
+    assert store["spec"]["config"]["service"] == "pg.example.internal" and store["spec"]["config"]["port"] == 6432
+    job = find(rendered, "Job", "project-state-postgres-databases", "cloudstation")
+    script = pod_spec(job)["containers"][0]["args"][0]
+    assert "pg.example.internal -p 6432" in script and "CREATE DATABASE platform_test" in script
+
+
+def test_managed_cassandra_has_auth_seeds_and_probes():
+    rendered = variant("non-owner")
+    statefulset = find(rendered, "StatefulSet", "shop-cassandra", "shop-test")
+    spec = pod_spec(statefulset)
+    assert spec["securityContext"]["runAsUser"] == spec["securityContext"]["fsGroup"] == 999
+    config = container(spec, "config")
+    assert "PasswordAuthenticator" in config["command"][-1]
+    server = container(spec, "cassandra")
+    assert server["image"] == versions.image("cassandra")
+    assert env_of(server)["CASSANDRA_SEEDS"]["value"] == "shop-cassandra-0.shop-cassandra-headless.shop-test.svc.cluster.local"
+    assert "nodetool" in " ".join(server["readinessProbe"]["exec"]["command"])
+    assert server["livenessProbe"]["tcpSocket"]["port"] == 9042
+    assert {m["mountPath"] for m in server["volumeMounts"]} >= {"/var/lib/cassandra", "/etc/cassandra", "/tmp"}
+    assert secret_keys(rendered, "shop-cassandra-credentials", "shop-test") == {"username", "password", "lockout-password"}
+    auth = pod_spec(find(rendered, "Job", "shop-cassandra-auth", "shop-test"))["containers"][0]
+    assert "CREATE ROLE IF NOT EXISTS" in auth["command"][-1] and "LOGIN = false" in auth["command"][-1]
+    policy = find(rendered, "NetworkPolicy", "shop-cassandra", "shop-test")
+    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == [9042, 7000]
+    store = find(rendered, "StatefulStore", "shop-cassandra", "shop-test")
+    # Optional credentials are ignored unless their keys are named (reference §3.1 gotcha).
+    assert store["spec"]["config"] == {
+        "service": "shop-cassandra.shop-test.svc.cluster.local",
+        "credentialsFromSecret": {"name": "shop-cassandra-credentials", "usernameKey": "username", "passwordKey": "password"},
+    }
+
+
+def test_external_cassandra_only_points_at_the_cluster():
+    rendered = variant("owner-external-cassandra")
+    assert not [s for s in objects(rendered, "StatefulSet") if "cassandra" in s["metadata"]["name"]]
+    store = find(rendered, "StatefulStore", "shop-cassandra", "shop-prod")
+    assert store["spec"]["type"] == "Cassandra" and store["spec"]["deployment"] == "Unmanaged"
+    assert store["spec"]["config"]["service"] == "cassandra-a.example.internal,cassandra-b.example.internal"
+    assert secret_keys(rendered, "shop-cassandra-credentials", "shop-prod") == {"username", "password"}
+
+
+# --- the Postgres component as other areas use it (Armada: extra databases) ------------------
+
+
+def test_postgres_creates_extra_databases_with_an_idempotent_job(mocked):
+    component = {}
+
+    def make():
+        component["pg"] = Postgres("armada-postgres", PostgresArgs(
+            settings=PostgresSettings(username="armada"), namespace="armada", extra_databases=("scheduler", "lookout")))
+
+    created = build(mocked, make)
+    assert validate.validate_all(created) == []
+    job = [o for o in created if o["kind"] == "Job"][0]
+    script = pod_spec(job)["containers"][0]["args"][0]
+    assert "CREATE DATABASE scheduler" in script and "CREATE DATABASE lookout" in script
+    assert "WHERE NOT EXISTS" in script and "ON_ERROR_STOP=1" in script
+    assert component["pg"].port == 5432 and component["pg"].service_name == "armada-postgres"
+    assert component["pg"].database == "cloudstate"
+
+
+def test_database_script_and_list_are_pure():
+    settings = PostgresSettings(mode="external", host="db", credentials_secret=SecretRef(namespace="n", name="s"))
+    args = PostgresArgs(settings=settings, namespace="x", database="shop_test", extra_databases=("a", "shop_test"))
+    assert postgres_module.databases_to_create(args) == ["shop_test", "a"]
+    managed = PostgresArgs(settings=PostgresSettings(), namespace="x", extra_databases=("a",))
+    assert postgres_module.databases_to_create(managed) == ["a"]
+    assert postgres_module.create_databases_script(["a"]) == (
+        "SELECT 'CREATE DATABASE a' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'a')\\gexec\n")
+
+
+def test_seeds_are_the_first_pods():
+    assert cassandra_module.seeds("c", "ns", 1) == "c-0.c-headless.ns.svc.cluster.local"
+    assert cassandra_module.seeds("c", "ns", 3).split(",") == [
+        "c-0.c-headless.ns.svc.cluster.local", "c-1.c-headless.ns.svc.cluster.local"]
+
+
+def test_cassandra_component_alone_validates(mocked):
+    created = build(mocked, lambda: Cassandra("c", CassandraArgs(CassandraSettings(replicas=3), "ns", "ns")))
+    assert validate.validate_all(created) == []
+    [statefulset] = [o for o in created if o["kind"] == "StatefulSet"]
+    assert statefulset["spec"]["replicas"] == 3
+
+
+# --- config errors ---------------------------------------------------------------------------
+
+
+def problems(stores: dict) -> list[str]:
+    stack_file = edited("test", platform=lambda p: {**p, "stores": stores})
+    with pytest.raises(ConfigError) as caught:
+        load(stack_file.values)
+    return caught.value.problems
+
+
+def test_external_postgres_without_host_or_secret_is_a_clear_error():
+    [problem] = problems({"postgres": {"mode": "external", "credentialsSecret": {"namespace": "a", "name": "b"}}})
+    assert problem == ("cloudstation:platform.stores.postgres.host: (not set) — "
+                       "external mode needs the server's host name")
+    [problem] = problems({"cassandra": {"mode": "external", "host": "c"}})
+    assert problem.startswith("cloudstation:platform.stores.cassandra.credentialsSecret: (not set) — external mode "
+                              "needs an existing Secret with keys username and password")
+
+
+def test_external_only_keys_are_rejected_in_managed_mode():
+    [problem] = problems({"postgres": {"host": "db.example"}})
+    assert problem == ("cloudstation:platform.stores.postgres.host: 'db.example' — "
+                       "only allowed with mode: external (mode is 'managed')")
+
+
+def test_bad_database_name_and_mode_name_the_key():
+    found = problems({"postgres": {"database": "Shop-DB", "mode": "hosted"}})
+    assert any(p.startswith("cloudstation:platform.stores.postgres.database: 'Shop-DB' — ") for p in found)
+    assert any(p.startswith("cloudstation:platform.stores.postgres.mode: 'hosted' — must be one of") for p in found)
+
+
+def test_managed_servers_accept_connections_only_from_their_namespace(rendered):
+    for store in stores(rendered):
+        name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
+        policy = find(rendered, "NetworkPolicy", name, namespace)
+        selector = find(rendered, "StatefulSet", name, namespace)["spec"]["selector"]["matchLabels"]
+        assert policy["spec"]["podSelector"]["matchLabels"] == selector
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 5432}]}]
+
+
+def test_database_services_select_only_the_servers_pods_not_the_setup_jobs():
+    for rendered in (variant("non-owner"), variant("owner-external-cassandra")):
+        templates = [(o, o["spec"]["template"]["metadata"]["labels"]) for o in objects(rendered)
+                     if o["kind"] in ("StatefulSet", "Job", "Deployment")]
+        for service in objects(rendered, "Service"):
+            selector = service["spec"].get("selector") or {}
+            if not selector:
+                continue
+            selected = [o["kind"] for o, labels in templates if o["metadata"]["namespace"] == service["metadata"]["namespace"]
+                        and selector.items() <= labels.items()]
+            assert "Job" not in selected, service["metadata"]["name"]
