@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from components import k8s as kb
 from components.model import ConfigModel, problem
 from components.postgres import SecretRef, same_namespace_only, secret_value, volume_claim
+from components.component import Component
 from infra import versions
 
 CQL_PORT = 9042
@@ -205,14 +206,14 @@ def auth_job_spec(name: str, secret: str, host: str, image: str) -> dict:
 # --- component -------------------------------------------------------------------------------
 
 
-class Cassandra(pulumi.ComponentResource):
+class Cassandra(Component):
     """Outputs: `host` (Output[str], contact point), `port` (int), `secret_name` (Output[str],
     keys username, password), `service_name` (managed only), `ready` (resources to wait for)."""
 
     def __init__(self, name: str, args: CassandraArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:stores:Cassandra", name, None, opts)
         settings = args.settings
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         image = versions.image("cassandra", args.image_mirror)
         secret_name = f"{name}-credentials"
         self.port = CQL_PORT
@@ -266,7 +267,7 @@ class Cassandra(pulumi.ComponentResource):
                     },
                     "volumeClaimTemplates": [volume_claim(settings.storage)],
                 },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[headless]),
+                opts=self.child_opts(depends_on=[headless]),
             )
             job = k8s.batch.v1.Job(
                 f"{name}-auth",

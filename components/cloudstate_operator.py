@@ -23,6 +23,7 @@ from pydantic import Field
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components.model import ConfigModel, DnsLabel
+from components.component import Component
 from infra import versions
 
 NAME = "cloudstate-operator"
@@ -165,13 +166,13 @@ def operator_pod_spec(image: str, settings: CloudStateArgs) -> dict:
 # --- component -------------------------------------------------------------------------------
 
 
-class CloudStateOperator(pulumi.ComponentResource):
+class CloudStateOperator(Component):
     """Outputs: `crds` (the two CRD resources; custom resources must depend on them),
     `deployment` (the operator), `ready` (both, for depends_on)."""
 
     def __init__(self, name: str, args: OperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:cloudstate:Operator", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         self.crds = [
             k8s.apiextensions.v1.CustomResourceDefinition(
                 f"{name}-{crd['spec']['names']['plural']}",
@@ -202,7 +203,7 @@ class CloudStateOperator(pulumi.ComponentResource):
             metadata=kb.metadata("cloudstate-operator-config-reader-binding", args.namespace, "cloudstate-operator"),
             subjects=subject,
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cloudstate-operator-config-reader"},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config_reader]),
+            opts=self.child_opts(depends_on=[config_reader]),
         )
         cluster_role = k8s.rbac.v1.ClusterRole(
             f"{name}-cluster-role", metadata=kb.metadata(CLUSTER_ROLE, None, "cloudstate-operator"), rules=CLUSTER_RULES,
@@ -213,7 +214,7 @@ class CloudStateOperator(pulumi.ComponentResource):
             metadata=kb.metadata(NAME, None, "cloudstate-operator"),
             subjects=subject,
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role]),
+            opts=self.child_opts(depends_on=[cluster_role]),
         )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",

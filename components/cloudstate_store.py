@@ -14,6 +14,7 @@ from components import k8s as kb
 from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
 from components.model import ConfigModel
 from components.postgres import Postgres, PostgresArgs, PostgresSettings
+from components.component import Component
 
 StoreKind = Literal["postgres", "cassandra"]
 
@@ -66,13 +67,13 @@ def stateful_store_spec(kind: StoreKind, host: str, port: int, secret: str) -> d
 # --- component -------------------------------------------------------------------------------
 
 
-class CloudStateStore(pulumi.ComponentResource):
+class CloudStateStore(Component):
     """Outputs: `store_name` (the StatefulStore's name, for `datastore.name`), `kind`,
     `ready` (the database and the StatefulStore, for depends_on)."""
 
     def __init__(self, name: str, args: CloudStateStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:cloudstate:Store", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         self.kind = args.kind
         if args.kind == "postgres":
             database: Postgres | Cassandra = Postgres(
@@ -105,7 +106,7 @@ class CloudStateStore(pulumi.ComponentResource):
             spec=pulumi.Output.all(database.host, database.secret_name).apply(
                 lambda values: stateful_store_spec(args.kind, values[0], database.port, values[1])
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *database.ready]),
+            opts=self.child_opts(depends_on=[*args.depends_on, *database.ready]),
         )
         self.ready: list[pulumi.Resource] = [*database.ready, store]
         self.register_outputs({"storeName": self.store_name, "host": database.host})

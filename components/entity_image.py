@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 
 import pulumi
 import pulumi_docker as docker
+from components.component import Component
 
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
@@ -222,7 +223,7 @@ def pull_ref(pull_host: str, repository: str, tag: str, repo_digest: str) -> str
     return f"{pull_host}/{repository}:{tag}@{digest}"
 
 
-class EntityImage(pulumi.ComponentResource):
+class EntityImage(Component):
     """Outputs: `ref`, the digest-pinned reference pods use."""
 
     def __init__(self, name: str, args: EntityImageArgs, opts: Optional[pulumi.ResourceOptions] = None):
@@ -232,7 +233,7 @@ class EntityImage(pulumi.ComponentResource):
             image_name=f"{args.push_host}/{args.repository}:{args.tag}",
             build=docker.DockerBuildArgs(context=args.context, dockerfile=args.dockerfile, platform=args.platform),
             registry=docker.RegistryArgs(server=args.push_host, username=args.username, password=args.password),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self.child_opts(),
         )
         self.ref: pulumi.Output[str] = image.repo_digest.apply(
             lambda repo_digest: pull_ref(args.pull_host, args.repository, args.tag, repo_digest)

@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import PART_OF
 from components.model import ConfigModel, DnsLabel
+from components.component import Component
 
 
 class NamespaceArgs(ConfigModel):
@@ -31,13 +32,13 @@ def namespace_metadata(args: NamespaceArgs) -> dict:
     }
 
 
-class Namespace(pulumi.ComponentResource):
+class Namespace(Component):
     """Outputs: `name` (the namespace's name, resolved once it exists)."""
 
     def __init__(self, name: str, args: NamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:platform:Namespace", name, None, opts)
         namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata=namespace_metadata(args), opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-ns", metadata=namespace_metadata(args), opts=self.child_opts()
         )
         self.resource = namespace
         self.name: pulumi.Output[str] = namespace.metadata.name

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from components import k8s as kb
 from components.model import ConfigModel, DnsLabel, problem
+from components.component import Component
 from infra import versions
 
 PORT = 5432
@@ -224,7 +225,7 @@ def create_databases_job_spec(name: str, secret: str, host: str, port: int, imag
 # --- component -------------------------------------------------------------------------------
 
 
-class Postgres(pulumi.ComponentResource):
+class Postgres(Component):
     """Outputs: `host` (Output[str]), `port` (int), `secret_name` (Output[str], keys username,
     password, database), `service_name` (str; managed only, else None), `database` (str),
     `ready` (resources to depend on before using the server and its databases)."""
@@ -232,7 +233,7 @@ class Postgres(pulumi.ComponentResource):
     def __init__(self, name: str, args: PostgresArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:stores:Postgres", name, None, opts)
         settings = args.settings
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         image = versions.image("postgres", args.image_mirror)
         self.database = args.database or settings.database
         secret_name = f"{name}-credentials"
@@ -284,7 +285,7 @@ class Postgres(pulumi.ComponentResource):
                     },
                     "volumeClaimTemplates": [volume_claim(settings.storage)],
                 },
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[secret, headless]),
+                opts=self.child_opts(depends_on=[secret, headless]),
             )
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-network-policy",
@@ -325,7 +326,7 @@ class Postgres(pulumi.ComponentResource):
                 f"{name}-databases",
                 metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
                 spec=create_databases_job_spec(name, secret_name, host, self.port, image, databases),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready), delete_before_replace=True),
+                opts=self.child_opts(depends_on=list(self.ready), delete_before_replace=True),
             )
             self.ready.append(job)
 

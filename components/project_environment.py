@@ -27,6 +27,7 @@ from components import k8s as kb
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
 from components.namespace import Namespace, NamespaceArgs
+from components.component import Component
 
 SERVICE_ACCOUNT = "cloudstate-entities"
 POD_READER = "cloudstate-entities-pod-reader"
@@ -144,13 +145,13 @@ def replicas_hpa_spec(service_name: str, replicas: int) -> dict:
 # --- component -------------------------------------------------------------------------------
 
 
-class ProjectEnvironment(pulumi.ComponentResource):
+class ProjectEnvironment(Component):
     """Outputs: `namespace` (Output[str]), `services` (the StatefulService names), `store_name`
     (None when no entity needs a store)."""
 
     def __init__(self, name: str, args: ProjectEnvironmentArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:cloudstate:ProjectEnvironment", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         if args.create_namespace:
             namespace = Namespace(
                 f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment), child
@@ -179,7 +180,7 @@ class ProjectEnvironment(pulumi.ComponentResource):
             metadata=kb.metadata(POD_READER, ns, component),
             subjects=[{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}],
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": POD_READER},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
+            opts=self.child_opts(depends_on=[role, account]),
         )
 
         store: Optional[CloudStateStore] = None
@@ -213,7 +214,7 @@ class ProjectEnvironment(pulumi.ComponentResource):
                         entity, image, self.store_name, args.store_kind, keyspace, args.cloudstate
                     )
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+                opts=self.child_opts(depends_on=waits),
             )
             k8s.core.v1.Service(
                 f"{name}-{entity.service_name}-service",

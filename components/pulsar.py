@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from components import k8s as kube
 from components.model import ConfigModel, problem
+from components.component import Component
 from infra.versions import image
 
 COMPONENT = "pulsar"
@@ -201,7 +202,7 @@ def statefulset_spec(name: str, settings: PulsarSettings, image_ref: str, advert
     }
 
 
-class Pulsar(pulumi.ComponentResource):
+class Pulsar(Component):
     """Outputs: `url` (`pulsar://…:6650`) and `admin_url` (`http://…:8080`)."""
 
     url: pulumi.Output[str]
@@ -214,13 +215,11 @@ class Pulsar(pulumi.ComponentResource):
             self.url = pulumi.Output.from_input(settings.url)
             self.admin_url = pulumi.Output.from_input(settings.admin_url)
         else:
-            # Children do not wait for their parent's depends_on (e.g. the namespace): pass it on.
-            after = (opts.depends_on if opts else None) or []
-            self._managed(name, args, after if isinstance(after, list) else [after])
+            self._managed(name, args)
         self.register_outputs({"url": self.url, "adminUrl": self.admin_url})
 
-    def _managed(self, name: str, args: PulsarArgs, after: list) -> None:
-        child = pulumi.ResourceOptions(parent=self, depends_on=after)
+    def _managed(self, name: str, args: PulsarArgs) -> None:
+        child = self.child_opts()
         # Headless: the StatefulSet's governing Service; with one broker its name is the address
         # clients connect to and the one the broker advertises. The broker calls itself at that
         # address while starting (default namespace creation, the health check behind readiness),
@@ -247,7 +246,7 @@ class Pulsar(pulumi.ComponentResource):
             f"{name}-sts",
             metadata=kube.metadata(name, args.namespace, COMPONENT),
             spec=host.apply(lambda address: statefulset_spec(name, args.settings, image_ref, address)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, service]),
+            opts=self.child_opts(depends_on=[service]),
         )
         self.url = host.apply(lambda h: f"pulsar://{h}:{BROKER_PORT}")
         self.admin_url = host.apply(lambda h: f"http://{h}:{ADMIN_PORT}")

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from components import k8s as kube
 from components.model import ConfigModel, problem
+from components.component import Component
 from infra.versions import image
 
 COMPONENT = "redis"
@@ -161,7 +162,7 @@ def statefulset_spec(name: str, settings: RedisSettings, image_ref: str, secret_
     }
 
 
-class Redis(pulumi.ComponentResource):
+class Redis(Component):
     """Outputs: `host` (in-cluster DNS name), `port` (int), `secret_name` (Secret whose key
     `password_key` holds the password; `password` for a managed Redis)."""
 
@@ -179,14 +180,12 @@ class Redis(pulumi.ComponentResource):
             self.secret_name = pulumi.Output.from_input(settings.existing_secret)
             self.password_key = settings.password_key
         else:
-            # Children do not wait for their parent's depends_on (e.g. the namespace): pass it on.
-            after = (opts.depends_on if opts else None) or []
-            self._managed(name, args, after if isinstance(after, list) else [after])
+            self._managed(name, args)
         self.register_outputs({"host": self.host, "port": self.port, "secretName": self.secret_name})
 
-    def _managed(self, name: str, args: RedisArgs, after: list) -> None:
+    def _managed(self, name: str, args: RedisArgs) -> None:
         settings = args.settings
-        child = pulumi.ResourceOptions(parent=self, depends_on=after)
+        child = self.child_opts()
         password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
         secret = k8s.core.v1.Secret(
             f"{name}-secret",
@@ -214,7 +213,7 @@ class Redis(pulumi.ComponentResource):
             f"{name}-sts",
             metadata=kube.metadata(name, args.namespace, COMPONENT),
             spec=statefulset_spec(name, settings, image("redis", args.image_mirror), name),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, secret, service]),
+            opts=self.child_opts(depends_on=[secret, service]),
         )
         self.host = pulumi.Output.all(service.metadata.name, service.metadata.namespace).apply(
             lambda parts: kube.service_dns(parts[0], parts[1])

@@ -29,6 +29,7 @@ from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, mode
 
 from components import k8s as kube
 from components.model import ConfigModel, DnsLabel, problem
+from components.component import Component
 
 PORT = 5000
 DEBUG_PORT = 5001
@@ -379,12 +380,12 @@ class RegistryArgs:
     """Pinned distribution image (infra/versions.py)."""
 
 
-class Registry(pulumi.ComponentResource):
+class Registry(Component):
     """Outputs: `service` (Service name), `username`, `password` (secret)."""
 
     def __init__(self, name: str, args: RegistryArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:delivery:Registry", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         config = args.config
 
         password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
@@ -421,7 +422,7 @@ class Registry(pulumi.ComponentResource):
             f"{name}-deploy",
             metadata=kube.metadata(name, args.namespace, "registry"),
             spec=deployment_spec(name, args.image, config),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[secret, config_map, claim]),
+            opts=self.child_opts(depends_on=[secret, config_map, claim]),
         )
         service = k8s.core.v1.Service(
             f"{name}-svc",
@@ -443,7 +444,7 @@ class Registry(pulumi.ComponentResource):
                     **({"annotations": dict(config.ingress.annotations)} if config.ingress.annotations else {}),
                 ),
                 spec=ingress_spec(name, config.ingress),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+                opts=self.child_opts(depends_on=[service]),
             )
         self.service: pulumi.Output[str] = service.metadata.name
         self.username: str = config.username

@@ -65,3 +65,53 @@ def test_the_checks_catch_bad_workloads():
         assert any(fragment in p for p in found), fragment
     untagged = {"containers": [{"name": "app", "image": "docker.io/library/nginx"}]}
     assert checks.image_violations("x", untagged)
+
+
+def _waits_for(rendered) -> dict[str, set[str]]:
+    """urn -> every urn it waits for: its dependencies, transitively; a dependency on a component
+    waits for all of the component's children (Pulumi's semantics)."""
+    children: dict[str, set[str]] = {}
+    for registration in rendered.registrations:
+        children.setdefault(registration.parent, set()).add(registration.urn)
+    components = {r.urn for r in rendered.registrations if not r.custom}
+    direct = {r.urn: set(r.dependencies) for r in rendered.registrations}
+
+    def closure(urn: str) -> set[str]:
+        seen: set[str] = set()
+        pending = list(direct[urn])
+        while pending:
+            dep = pending.pop()
+            if dep in seen:
+                continue
+            seen.add(dep)
+            pending += direct.get(dep, set()) | (children.get(dep, set()) if dep in components else set())
+        return seen
+
+    return {urn: closure(urn) for urn in direct}
+
+
+def test_every_namespaced_object_waits_for_its_namespace(rendered):
+    """On a first `pulumi up` an object created before its namespace fails ("namespace not found")."""
+    namespaces = {r.inputs["metadata"]["name"]: r.urn for r in rendered.of_type("kubernetes:core/v1:Namespace")}
+    waits_for = _waits_for(rendered)
+    problems = []
+    for registration in rendered.registrations:
+        if not registration.custom or not registration.type.startswith("kubernetes:"):
+            continue
+        namespace = (registration.inputs.get("metadata") or {}).get("namespace")
+        if namespace in namespaces and namespaces[namespace] not in waits_for[registration.urn]:
+            problems.append(f"{registration.type} {namespace}/{registration.inputs['metadata'].get('name')}")
+    assert problems == []
+
+
+def test_custom_resources_wait_for_their_definitions(rendered):
+    definitions = {
+        (r.inputs["spec"]["group"], r.inputs["spec"]["names"]["kind"]): r.urn
+        for r in rendered.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    }
+    waits_for = _waits_for(rendered)
+    for registration in rendered.registrations:
+        api_version = registration.inputs.get("apiVersion", "") if registration.custom else ""
+        key = (api_version.rpartition("/")[0], registration.inputs.get("kind"))
+        if key in definitions:
+            assert definitions[key] in waits_for[registration.urn], registration.urn

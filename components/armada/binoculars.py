@@ -38,7 +38,7 @@ class Binoculars(ArmadaService):
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
             **cluster_role_binding(binding_name(namespace, spec.name), BINOCULARS_CLUSTER_ROLE, spec.name, namespace),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self.child_opts(),
         )
         self._deploy(name, spec, namespace, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components.armada.settings import PriorityClassSettings
 from components.k8s import PART_OF
+from components.component import Component
 
 EXECUTOR_CLUSTER_ROLE = "cloudstation-armada-executor"
 BINOCULARS_CLUSTER_ROLE = "cloudstation-armada-binoculars"
@@ -82,12 +83,12 @@ class ClusterPrerequisitesArgs:
     """Whether to create binoculars' ClusterRole too."""
 
 
-class ClusterPrerequisites(pulumi.ComponentResource):
+class ClusterPrerequisites(Component):
     """PriorityClasses and ClusterRoles. Attribute `resources`: what bindings must wait for."""
 
     def __init__(self, name: str, args: ClusterPrerequisitesArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:ClusterPrerequisites", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         self.resources: list[pulumi.Resource] = []
         for class_name, settings in args.priority_classes.items():
             self.resources.append(

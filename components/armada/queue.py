@@ -19,6 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.armada.queue_api import QueueClient, QueueExists
 from components.model import ConfigModel, DnsLabel, problem
+from components.component import Component
 
 if TYPE_CHECKING:
     from infra.config import StackConfig
@@ -304,7 +305,7 @@ class QueuesArgs:
     """Password of `api.username` (a secret Output)."""
 
 
-class Queues(pulumi.ComponentResource):
+class Queues(Component):
     """Every queue of the stack, one Queue child `<name>-<queue>` each. Outputs: `names`.
 
     The queues can only be created once the Armada server answers, so the children wait for
@@ -316,11 +317,8 @@ class Queues(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: QueuesArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Queues", name, None, opts)
-        # Children do not wait for their parent's depends_on: pass it on.
-        after = (opts.depends_on if opts else None) or []
-        after = after if isinstance(after, list) else [after]
         queues = [
-            Queue(f"{name}-{queue.name}", queue, args.api, pulumi.ResourceOptions(parent=self, depends_on=after),
+            Queue(f"{name}-{queue.name}", queue, args.api, self.child_opts(),
                   password=args.password)
             for queue in args.queues
         ]

@@ -66,6 +66,6 @@ class Scheduler(ArmadaService):
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-netpol",
                 **scheduler_network_policy(self.spec, args.endpoints.namespace),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=self.child_opts(),
             )
         self.register_outputs({"service_name": self.service_name})

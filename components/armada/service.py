@@ -16,6 +16,7 @@ from components.armada.config import CONFIG_FILE, Endpoints
 from components.armada.settings import ArmadaConfig
 from components.armada.workload import COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, service
 from components.k8s import metadata
+from components.component import Component
 
 
 def render_config(config: dict) -> str:
@@ -38,7 +39,7 @@ class ArmadaArgs:
     """Resources that must be ready first (e.g. the lookout migration before the server, G3)."""
 
 
-class ArmadaService(pulumi.ComponentResource):
+class ArmadaService(Component):
     """Base of the service components; subclasses call `_deploy` then `register_outputs`.
 
     Attributes: `service_name` (its Service's name, or None), `migration` (its migration Job, or
@@ -58,7 +59,7 @@ class ArmadaService(pulumi.ComponentResource):
         pruner: Optional[tuple[TaskSpec, str]] = None,
         start_after: Sequence[pulumi.Resource] = (),
     ) -> None:
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         self.spec = spec
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
@@ -82,14 +83,14 @@ class ArmadaService(pulumi.ComponentResource):
             self.migration = k8s.batch.v1.Job(
                 f"{name}-migration",
                 **job(migration, spec, namespace, config_map_name, account_name),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(start_after)),
+                opts=self.child_opts(depends_on=list(start_after)),
             )
 
         waits = [self.migration] if self.migration is not None else list(start_after)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deploy",
             **deployment(spec, namespace, config_map_name, config_text.apply(checksum), account_name),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+            opts=self.child_opts(depends_on=waits),
         )
 
         if spec.service:
@@ -101,5 +102,5 @@ class ArmadaService(pulumi.ComponentResource):
             k8s.batch.v1.CronJob(
                 f"{name}-pruner",
                 **cron_job(task, schedule, spec, namespace, config_map_name, account_name),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+                opts=self.child_opts(depends_on=waits),
             )
