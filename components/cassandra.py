@@ -19,7 +19,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
-from components.model import ConfigModel, problem
+from components.model import ConfigModel, check_mode_keys
 from components.postgres import SecretRef, same_namespace_only, secret_value, volume_claim
 from components.component import Component
 from infra import versions
@@ -52,20 +52,16 @@ class CassandraSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "CassandraSettings":
-        if self.mode == "external":
-            if self.host is None:
-                raise problem("external mode needs the contact point(s) of your cluster", ".host", None)
-            if self.credentials_secret is None:
-                raise problem(
-                    "external mode needs an existing Secret with keys username and password: "
-                    "{namespace: <ns>, name: <secret>}",
-                    ".credentialsSecret",
-                    None,
-                )
-        else:
-            for key, value in (("host", self.host), ("credentialsSecret", self.credentials_secret)):
-                if value is not None:
-                    raise problem(f"only allowed with mode: external (mode is '{self.mode}')", f".{key}", str(value))
+        check_mode_keys(
+            self,
+            self.mode,
+            only={"managed": ("username", "replicas", "max_heap", "storage", "resources"),
+                  "external": ("host", "credentials_secret")},
+            required={"external": {
+                "host": "the contact point(s) of your cluster",
+                "credentials_secret": "an existing Secret with keys username and password: {namespace: <ns>, name: <secret>}",
+            }},
+        )
         return self
 
 

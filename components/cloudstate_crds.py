@@ -2,10 +2,10 @@
 
 Upstream ships them as `apiextensions.k8s.io/v1beta1` without a schema (removed in Kubernetes
 1.22). These are `v1` with structural schemas of exactly the fields the Scala operator 0.6.0 reads
-(`StatefulStore.scala`, `StatefulService.scala`, `stores/*.scala`; reference cloudstate/NOTES.md
-§3.1). Kubernetes types the operator only passes through (probes, env sources, volumes...) keep
-their unknown fields; everything CloudState-specific is typed, so a typo is rejected by the API
-server instead of silently ignored by the operator.
+(`operator/src/main/scala/io/cloudstate/operator/{StatefulStore,StatefulService}.scala` and
+`stores/*.scala` at v0.6.0). Kubernetes types the operator only passes through (probes, env
+sources, volumes...) keep their unknown fields; everything CloudState-specific is typed, so a typo
+is rejected by the API server instead of silently ignored by the operator.
 """
 from __future__ import annotations
 
@@ -24,8 +24,13 @@ _STRINGS = {"type": "array", "items": _STRING}
 _STATUS = _OPEN_OBJECT
 
 
+# Credential parameters the operator reads (v0.6.0 stores/CredentialsHelper.scala): Postgres all
+# four (PostgresStoreSupport.scala), Cassandra `username` and `password` (CassandraStoreSupport.scala).
+CREDENTIALS = ("database", "username", "password", "schema")
+
+
 def _credentials_from_secret() -> dict:
-    keys = {f"{name}Key": _STRING for name in ("database", "username", "password", "schema")}
+    keys = {f"{name}Key": _STRING for name in CREDENTIALS}
     return {"type": "object", "required": ["name"], "properties": {"name": _STRING, **keys}}
 
 
@@ -36,11 +41,16 @@ def stateful_store_schema() -> dict:
         "properties": {
             "service": {"type": "string", "minLength": 1, "description": "Host name of the database."},
             "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "Postgres only."},
-            "credentialsFromSecret": _credentials_from_secret(),
+            # Each key becomes a secretKeyRef in the proxy's env. Optional parameters (Postgres
+            # `schema`, both of Cassandra's) are read only when their `<name>Key` is given.
+            "credentialsFromSecret": {
+                **_credentials_from_secret(),
+                "description": "Postgres: database, username, password, schema; Cassandra: username, password.",
+            },
             "credentials": {
                 "type": "object",
                 "description": "Literal values (never used by this platform: credentials come from Secrets).",
-                "properties": {k: _STRING for k in ("database", "username", "password", "schema")},
+                "properties": {k: _STRING for k in CREDENTIALS},
             },
         },
     }
@@ -134,7 +144,7 @@ def stateful_service_schema() -> dict:
                 "type": "object",
                 "properties": {
                     "keyspace": {"type": "string", "description": "Cassandra: required."},
-                    "schema": {"type": "string", "description": "Postgres: optional."},
+                    "schema": {"type": "string", "description": "Postgres: optional (the 0.5.1 proxy ignores it)."},
                 },
             },
         },

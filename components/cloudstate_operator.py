@@ -1,5 +1,9 @@
-"""The CloudState operator: the last release (Scala, `cloudstateio/cloudstate-operator:0.6.0`),
-installed the way its upstream descriptor does, converted to current Kubernetes APIs.
+"""The CloudState operator (Scala, `cloudstateio/cloudstate-operator:0.6.0`, the last release),
+configured with the 0.5.1 proxies, whose protocol our Node SDK speaks (infra/versions.py), and
+installed the way its upstream descriptor (`operator/deploy/*.yaml` at v0.6.0) does, converted to
+current Kubernetes APIs. Between v0.5.1 and v0.6.0 the operator only gained Cassandra credentials
+and the sidecar's metrics port (docs/cloudstate.md, "Which operator"); its config keys, ClusterRole
+and resource schema are unchanged.
 
 Differences from upstream `cloudstate.yaml` (reference cloudstate/NOTES.md §2.1, §5), each on purpose:
 - CRDs are `apiextensions.k8s.io/v1` with structural schemas (components/cloudstate_crds.py);
@@ -30,7 +34,9 @@ NAME = "cloudstate-operator"
 CONFIG_MAP = "cloudstate-operator-config"
 CLUSTER_ROLE = "cloudstate-operator-role"
 UID = 1001
-"""sbt-native-packager's daemon user in the operator image (`USER 1001:0`); its files belong to group 0."""
+"""The operator image's user. v0.6.0 builds it with sbt-native-packager 1.7.4 (project/plugins.sbt) on
+`adoptopenjdk/openjdk11:debianslim-jre` (build.sbt): `USER 1001:0`, files owned by 1001:root with
+mode u=rX,g=rX; runAsGroup 0 keeps them readable through the group as well."""
 
 PROXY_IMAGES = {
     "cassandra": "cloudstate-proxy-cassandra",
@@ -38,7 +44,9 @@ PROXY_IMAGES = {
     "no-store": "cloudstate-proxy-no-store",
     "in-memory": "cloudstate-proxy-in-memory",
 }
-"""Operator config key (`cloudstate.operator.proxy.image.<key>`) -> infra/versions.py image."""
+"""Operator config key (`cloudstate.operator.proxy.image.<key>`; all four are read, v0.6.0
+`operator/src/main/scala/io/cloudstate/operator/OperatorConfig.scala`) -> infra/versions.py image
+(the 0.5.1 proxies: infra/versions.CLOUDSTATE_PROXY)."""
 
 CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
@@ -64,7 +72,7 @@ CLUSTER_RULES = [
         "verbs": ["update", "patch"],
     },
 ]
-"""Exactly upstream's ClusterRole (reference §2.1 table), nothing wider."""
+"""Exactly upstream's ClusterRole (v0.6.0 `operator/deploy/03-role.yaml`, same as v0.5.1), nothing wider."""
 
 
 class CloudStateArgs(ConfigModel):
@@ -82,9 +90,10 @@ class CloudStateArgs(ConfigModel):
     sidecar_resources: kb.Resources = kb.Resources(
         cpu_request="400m", memory_request="512Mi", cpu_limit="1", memory_limit="512Mi"
     )
-    """The CloudState proxy sidecar of every entity pod (upstream requests, plus a CPU limit)."""
+    """The CloudState proxy sidecar of every entity pod (the operator's default requests, plus a CPU limit)."""
     sidecar_jvm_memory: str = Field(default="256m", pattern=r"^[0-9]+[mMgG]$")
-    """Heap of the proxy sidecar (-Xms/-Xmx)."""
+    """Heap of the proxy sidecar: the operator passes it unchecked into the proxy's
+    `JAVA_OPTS=-Xms<m> -Xmx<m>`, hence the strict pattern."""
     entity_resources: kb.Resources = kb.Resources(
         cpu_request="100m", memory_request="128Mi", cpu_limit="500m", memory_limit="256Mi"
     )

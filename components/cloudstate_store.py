@@ -46,8 +46,12 @@ class CloudStateStoreArgs:
 
 def stateful_store_spec(kind: StoreKind, host: str, port: int, secret: str) -> dict:
     """The v0.5 (Scala operator) StatefulStore spec. Secret keys are spelled out: the operator
-    ignores `credentialsFromSecret` for optional parameters unless their key is named (reference
-    cloudstate/NOTES.md §3.1 gotcha), and explicit is clearer for the mandatory ones too."""
+    ignores `credentialsFromSecret` for optional parameters unless their key is named (v0.6.0
+    `operator/src/main/scala/io/cloudstate/operator/stores/CredentialsHelper.scala`), and
+    Cassandra's username and password are both optional there (`CassandraStoreSupport.scala`);
+    explicit is clearer for Postgres' mandatory ones too. Operator 0.6.0 passes each key to the
+    proxy as a secretKeyRef (`POSTGRES_*`, `CASSANDRA_USERNAME`/`CASSANDRA_PASSWORD`), which the
+    0.5.1 proxies read."""
     if kind == "postgres":
         config = {
             "service": host,

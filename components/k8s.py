@@ -36,6 +36,13 @@ class Storage(ConfigModel):
     storage_class: Optional[str] = None
     """StorageClass name; unset uses the cluster's default class."""
 
+    def claim_spec(self) -> dict:
+        """The spec of a ReadWriteOnce PersistentVolumeClaim of this size and class."""
+        spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": self.size}}}
+        if self.storage_class:
+            spec["storageClassName"] = self.storage_class
+        return spec
+
 
 def labels(name: str, component: str, instance: Optional[str] = None) -> dict[str, str]:
     """Recommended labels (app.kubernetes.io/*); `selector_labels` is the stable subset."""

@@ -6,7 +6,7 @@ rejected, so a typo in a stack file is an error, not a silently ignored setting.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Iterable, Mapping
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -32,6 +32,36 @@ def problem(allowed: str, subpath: str = "", value: object = None) -> PydanticCu
     return PydanticCustomError(
         "cloudstation", "{allowed}", {"allowed": allowed, "subpath": subpath, "value": value}
     )
+
+
+def unique_names(items: list, what: str) -> list:
+    """For a list validator: every item's `name` once; the error points at the repeated name."""
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if item.name in seen:
+            raise problem(f"{what} names must be unique", f"[{index}].name", item.name)
+        seen.add(item.name)
+    return items
+
+
+def check_mode_keys(
+    model: BaseModel, mode: str, only: Mapping[str, Iterable[str]], required: Mapping[str, Mapping[str, str]]
+) -> None:
+    """Keys of a settings model that depend on its `mode`.
+
+    `only` maps each mode to the fields only that mode accepts (fields listed nowhere apply to every
+    mode): a field the chosen mode would ignore is a mistake in the stack file, not something to drop.
+    `required` maps a mode to {field: what it is} for fields that mode needs.
+    """
+    for field in sorted(model.model_fields_set):
+        modes = [name for name, fields in only.items() if field in fields]
+        if modes and mode not in modes:
+            value = getattr(model, field)
+            shown = value.model_dump(by_alias=True, mode="json") if isinstance(value, BaseModel) else value
+            raise problem(f"only allowed when mode is {' or '.join(repr(m) for m in modes)}", "." + to_camel(field), shown)
+    for field, what in required.get(mode, {}).items():
+        if getattr(model, field) is None:
+            raise problem(f"required when mode is '{mode}': {what}", "." + to_camel(field), None)
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

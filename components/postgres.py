@@ -21,7 +21,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
-from components.model import ConfigModel, DnsLabel, problem
+from components.model import ConfigModel, DnsLabel, check_mode_keys
 from components.component import Component
 from infra import versions
 
@@ -67,20 +67,16 @@ class PostgresSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "PostgresSettings":
-        if self.mode == "external":
-            if self.host is None:
-                raise problem("external mode needs the server's host name", ".host", None)
-            if self.credentials_secret is None:
-                raise problem(
-                    "external mode needs an existing Secret with keys username and password: "
-                    "{namespace: <ns>, name: <secret>}",
-                    ".credentialsSecret",
-                    None,
-                )
-        else:
-            for key, value in (("host", self.host), ("credentialsSecret", self.credentials_secret)):
-                if value is not None:
-                    raise problem(f"only allowed with mode: external (mode is '{self.mode}')", f".{key}", str(value))
+        check_mode_keys(
+            self,
+            self.mode,
+            only={"managed": ("username", "storage", "resources"),
+                  "external": ("host", "port", "credentials_secret", "create_databases")},
+            required={"external": {
+                "host": "the server's host name",
+                "credentials_secret": "an existing Secret with keys username and password: {namespace: <ns>, name: <secret>}",
+            }},
+        )
         return self
 
 
@@ -184,10 +180,7 @@ def same_namespace_only(name: str, ports: list[int]) -> dict:
 
 def volume_claim(storage: kb.Storage) -> dict:
     """The `data` volumeClaimTemplate of a StatefulSet."""
-    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
-    if storage.storage_class:
-        spec["storageClassName"] = storage.storage_class
-    return {"metadata": {"name": "data"}, "spec": spec}
+    return {"metadata": {"name": "data"}, "spec": storage.claim_spec()}
 
 
 def create_databases_job_spec(name: str, secret: str, host: str, port: int, image: str, databases: list[str]) -> dict:

@@ -3,11 +3,14 @@ CloudState `StatefulService` per entity, plus what the released operator can no 
 
 The Scala operator 0.6.0 builds each entity's Deployment (`<service>-deployment`: the user
 container and the `akka-sidecar` proxy), but on Kubernetes >= 1.22 it then fails: it creates the
-pod-reader Role/RoleBinding through `rbac.authorization.k8s.io/v1beta1` (skuber 2.4.0), which
-no longer exists, and it creates the entity's Service only after those succeed. So this component
-creates, per namespace, the ServiceAccount the entity pods run as (carrying the registry pull
-Secret, since the v0.5 schema has no imagePullSecrets), the pod-reader Role and RoleBinding the
-Akka cluster bootstrap needs, and per entity the Service (port 80 -> proxy 8013).
+pod-reader Role/RoleBinding through `rbac.authorization.k8s.io/v1beta1` (skuber 2.4.0, still its
+client at v0.6.0), which no longer exists, and it creates the entity's Service only after those
+succeed (v0.6.0
+`operator/src/main/scala/io/cloudstate/operator/{StatefulServiceOperatorFactory,ResourceHelper}.scala`;
+the Deployment is created concurrently, so it still appears). So this component creates, per
+namespace, the ServiceAccount the entity pods run as (carrying the registry pull Secret, since
+the v0.5 schema has no imagePullSecrets), the pod-reader Role and RoleBinding the Akka cluster
+bootstrap needs, and per entity the Service (port 80 -> proxy 8013).
 
 The v0.5 schema has no `replicas` either, and the operator starts every Deployment at one replica
 and then keeps whatever scale it finds; a HorizontalPodAutoscaler with minReplicas = maxReplicas
@@ -76,9 +79,10 @@ class ProjectEnvironmentArgs:
 
 def namespace_args(name: str, project: str, environment: str) -> NamespaceArgs:
     # Enforce "baseline", not "restricted": the operator generates the entity pods and sets no
-    # securityContext on the proxy sidecar or the pod (the v0.5 schema offers no way to), so
-    # "restricted" admission would reject every entity pod. Restricted violations are still
-    # warned and audited, and every workload this program writes itself is restricted.
+    # securityContext on the proxy sidecar or the pod (the v0.5 schema offers no way to), and
+    # skuber 2.4.0's SecurityContext has no seccompProfile, so the operator drops the user
+    # container's; "restricted" admission would reject every entity pod. Restricted violations are
+    # still warned and audited, and every workload this program writes itself is restricted.
     return NamespaceArgs(
         name=name,
         pod_security="baseline",
@@ -96,7 +100,11 @@ def stateful_service_spec(
     entity: EntityService, image: str, store_name: Optional[str], store_kind: StoreKind, keyspace: str,
     settings: CloudStateArgs,
 ) -> dict:
-    """The v0.5 StatefulService spec of one entity (Scala operator `StatefulService.Spec`)."""
+    """The v0.5 StatefulService spec of one entity (Scala operator `StatefulService.Spec`).
+
+    Operator 0.6.0 renames the first container `user-container`, keeps only its first port (as
+    `user-port`, default 8080), passes that port to the proxy and to the user container as `PORT`,
+    and adds a `/var/log` emptyDir; later containers are ignored."""
     jvm = settings.sidecar_jvm_memory
     spec: dict = {
         "serviceAccountName": SERVICE_ACCOUNT,

@@ -15,10 +15,9 @@ from typing import Literal, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
-from pydantic.alias_generators import to_camel
 
 from components import k8s as kube
-from components.model import ConfigModel, problem
+from components.model import ConfigModel, check_mode_keys, problem
 from components.component import Component
 from infra.versions import image
 
@@ -76,21 +75,12 @@ class PulsarSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "PulsarSettings":
-        if self.mode == "external":
-            for field in ("url", "admin_url"):
-                if getattr(self, field) is None:
-                    raise problem(
-                        "required when mode is 'external' (the Pulsar cluster to use)", f".{to_camel(field)}", None
-                    )
-        # A setting the chosen mode ignores is a mistake in the stack file, not something to drop.
-        ignored = EXTERNAL_ONLY if self.mode == "managed" else MANAGED_ONLY
-        for field in sorted(ignored & self.model_fields_set):
-            value = getattr(self, field)
-            raise problem(
-                f"only allowed when mode is '{'external' if self.mode == 'managed' else 'managed'}'",
-                f".{to_camel(field)}",
-                value.model_dump(by_alias=True) if isinstance(value, ConfigModel) else value,
-            )
+        check_mode_keys(
+            self,
+            self.mode,
+            only={"managed": ("resources", "heap", "direct_memory", "storage"), "external": ("url", "admin_url")},
+            required={"external": {"url": "the Pulsar cluster to use", "admin_url": "its admin (web service) URL"}},
+        )
         if self.mode == "managed":
             needed = mebibytes(self.heap) + mebibytes(self.direct_memory) + JVM_OVERHEAD_MIB
             if needed > mebibytes(self.resources.memory_limit):
@@ -103,8 +93,6 @@ class PulsarSettings(ConfigModel):
         return self
 
 
-EXTERNAL_ONLY = frozenset({"url", "admin_url"})
-MANAGED_ONLY = frozenset({"resources", "heap", "direct_memory", "storage"})
 
 
 @dataclass(frozen=True)
@@ -170,15 +158,7 @@ def statefulset_spec(name: str, settings: PulsarSettings, image_ref: str, advert
         "securityContext": security,
         "volumeMounts": [{"name": "conf", "mountPath": "/writable-conf"}],
     }
-    claim = {
-        "metadata": {"name": "data", "labels": kube.selector_labels(name)},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": settings.storage.size}},
-        },
-    }
-    if settings.storage.storage_class:
-        claim["spec"]["storageClassName"] = settings.storage.storage_class
+    claim = {"metadata": {"name": "data", "labels": kube.selector_labels(name)}, "spec": settings.storage.claim_spec()}
     return {
         "serviceName": name,
         "replicas": 1,

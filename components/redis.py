@@ -13,10 +13,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import Field, model_validator
-from pydantic.alias_generators import to_camel
 
 from components import k8s as kube
-from components.model import ConfigModel, problem
+from components.model import ConfigModel, check_mode_keys
 from components.component import Component
 from infra.versions import image
 
@@ -55,24 +54,14 @@ class RedisSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "RedisSettings":
-        if self.mode == "external":
-            for field in ("host", "existing_secret"):
-                if getattr(self, field) is None:
-                    raise problem("required when mode is 'external' (the Redis to use)", f".{to_camel(field)}", None)
-        # A setting the chosen mode ignores is a mistake in the stack file, not something to drop.
-        ignored = EXTERNAL_ONLY if self.mode == "managed" else MANAGED_ONLY
-        for field in sorted(ignored & self.model_fields_set):
-            raise problem(
-                f"only allowed when mode is '{'external' if self.mode == 'managed' else 'managed'}'"
-                + ("; a managed Redis gets a generated password" if self.mode == "managed" else ""),
-                f".{to_camel(field)}",
-                value.model_dump(by_alias=True) if isinstance(value := getattr(self, field), ConfigModel) else value,
-            )
+        check_mode_keys(
+            self,
+            self.mode,
+            only={"managed": ("resources", "storage", "append_only"),
+                  "external": ("host", "existing_secret", "password_key")},
+            required={"external": {"host": "the Redis to use", "existing_secret": "the Secret with its password"}},
+        )
         return self
-
-
-EXTERNAL_ONLY = frozenset({"host", "existing_secret", "password_key"})
-MANAGED_ONLY = frozenset({"resources", "storage", "append_only"})
 
 
 @dataclass(frozen=True)
@@ -123,15 +112,7 @@ def statefulset_spec(name: str, settings: RedisSettings, image_ref: str, secret_
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         ],
     }
-    claim = {
-        "metadata": {"name": "data", "labels": kube.selector_labels(name)},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": settings.storage.size}},
-        },
-    }
-    if settings.storage.storage_class:
-        claim["spec"]["storageClassName"] = settings.storage.storage_class
+    claim = {"metadata": {"name": "data", "labels": kube.selector_labels(name)}, "spec": settings.storage.claim_spec()}
     return {
         "serviceName": name,
         "replicas": 1,

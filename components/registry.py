@@ -411,11 +411,7 @@ class Registry(Component):
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-data",
             metadata=kube.metadata(f"{name}-data", args.namespace, "registry"),
-            spec={
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": config.storage.size}},
-                **({"storageClassName": config.storage.storage_class} if config.storage.storage_class else {}),
-            },
+            spec=config.storage.claim_spec(),
             opts=child,
         )
         k8s.apps.v1.Deployment(

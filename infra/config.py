@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem
+from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
 from components.armada.settings import ArmadaConfig
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
@@ -140,12 +140,7 @@ class ProjectConfig(ConfigModel):
     @field_validator("entities")
     @classmethod
     def _unique_names(cls, entities: list[EntityConfig]) -> list[EntityConfig]:
-        seen: set[str] = set()
-        for index, entity in enumerate(entities):
-            if entity.name in seen:
-                raise problem("entity names must be unique within a project", f"[{index}].name", entity.name)
-            seen.add(entity.name)
-        return entities
+        return unique_names(entities, "entity")
 
 
 class ProjectStateConfig(EntityConfig):
@@ -218,11 +213,8 @@ class StackConfig(ConfigModel):
     @field_validator("projects")
     @classmethod
     def _unique_projects(cls, projects: list[ProjectConfig]) -> list[ProjectConfig]:
-        seen: set[str] = set()
+        unique_names(projects, "project")
         for index, project in enumerate(projects):
-            if project.name in seen:
-                raise problem("project names must be unique", f"[{index}].name", project.name)
-            seen.add(project.name)
             if project.name == "platform":
                 raise problem("'platform' is reserved (the project-state entity's image is platform/project-state)",
                               f"[{index}].name", project.name)

@@ -9,21 +9,23 @@ from __future__ import annotations
 # Armada: every service uses the same version (reference: armada/NOTES.md §0; tags have no "v").
 ARMADA = "0.22.7"
 
-# CloudState: the Scala operator and proxies of v0.5.1. The last release, v0.6.0, changed the
-# proxy protocol (the proxy checks the version; actions moved to ActionProtocol; CRDT messages were
-# renumbered), and the only Node SDK on npm (`cloudstate` 0.0.3, which entities/ use) speaks v0.5.
-# So 0.5.1 is the newest operator+proxy set that runs our entities (cloudstate/NOTES.md §1, §2.1).
-CLOUDSTATE = "0.5.1"
+# CloudState (docs/cloudstate.md, "Which operator"). The operator is the last release, 0.6.0: it
+# passes Cassandra credentials to the proxy (0.5.1 does not), and its sidecar differs from 0.5.1's
+# only by declaring the metrics port 9090, which the 0.5.1 proxy serves anyway. The proxies stay at
+# 0.5.1: v0.6.0 changed the proxy protocol (version check, ActionProtocol, renumbered CRDT
+# messages) and the only Node SDK on npm (`cloudstate` 0.0.3, used by entities/) speaks v0.5.
+CLOUDSTATE_OPERATOR = "0.6.0"
+CLOUDSTATE_PROXY = "0.5.1"
 
 IMAGES: dict[str, str] = {
     # CNCF distribution registry (the "registry" image on Docker Hub).
     "registry": "docker.io/library/registry:2.8.3",
     # CloudState operator and its proxies, one per store type (v0.5.1's build publishes each).
-    "cloudstate-operator": f"docker.io/cloudstateio/cloudstate-operator:{CLOUDSTATE}",
-    "cloudstate-proxy-no-store": f"docker.io/cloudstateio/cloudstate-proxy-no-store:{CLOUDSTATE}",
-    "cloudstate-proxy-in-memory": f"docker.io/cloudstateio/cloudstate-proxy-in-memory:{CLOUDSTATE}",
-    "cloudstate-proxy-postgres": f"docker.io/cloudstateio/cloudstate-proxy-postgres:{CLOUDSTATE}",
-    "cloudstate-proxy-cassandra": f"docker.io/cloudstateio/cloudstate-proxy-cassandra:{CLOUDSTATE}",
+    "cloudstate-operator": f"docker.io/cloudstateio/cloudstate-operator:{CLOUDSTATE_OPERATOR}",
+    "cloudstate-proxy-no-store": f"docker.io/cloudstateio/cloudstate-proxy-no-store:{CLOUDSTATE_PROXY}",
+    "cloudstate-proxy-in-memory": f"docker.io/cloudstateio/cloudstate-proxy-in-memory:{CLOUDSTATE_PROXY}",
+    "cloudstate-proxy-postgres": f"docker.io/cloudstateio/cloudstate-proxy-postgres:{CLOUDSTATE_PROXY}",
+    "cloudstate-proxy-cassandra": f"docker.io/cloudstateio/cloudstate-proxy-cassandra:{CLOUDSTATE_PROXY}",
     # Stores and Armada's dependencies.
     "postgres": "docker.io/library/postgres:16.6-alpine3.21",
     "cassandra": "docker.io/library/cassandra:4.1.7",

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from infra import render as render_module  # noqa: E402
+from infra.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
 from infra.config import PROJECT  # noqa: E402
 from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
 
@@ -54,12 +55,3 @@ def find(rendered: render_module.Rendered, kind: str, name: str, namespace: Opti
     ]
     assert len(matches) == 1, f"expected one {kind} {namespace}/{name}, found {len(matches)}"
     return matches[0]
-
-
-def pod_spec(obj: dict) -> dict:
-    """The pod spec inside a workload object (Deployment, StatefulSet, Job, CronJob, Pod)."""
-    if obj["kind"] == "Pod":
-        return obj["spec"]
-    if obj["kind"] == "CronJob":
-        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-    return obj["spec"]["template"]["spec"]

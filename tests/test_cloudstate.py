@@ -97,6 +97,16 @@ def test_store_schema_requires_a_type_and_rejects_unknown_ones():
     assert schema["properties"]["spec"]["required"] == ["type"]
 
 
+def test_store_schema_covers_the_config_the_scala_operator_reads():
+    # v0.6.0 stores/{Postgres,Cassandra}StoreSupport.scala + CredentialsHelper.scala: Postgres reads
+    # database/username/password/schema, Cassandra username/password, each literal or from a Secret.
+    config = crds.stateful_store_schema()["properties"]["spec"]["properties"]["config"]["properties"]
+    assert config.keys() == {"service", "port", "credentialsFromSecret", "credentials"}
+    assert config["credentialsFromSecret"]["properties"].keys() == {
+        "name", "databaseKey", "usernameKey", "passwordKey", "schemaKey"}
+    assert config["credentials"]["properties"].keys() == {"database", "username", "password", "schema"}
+
+
 def test_service_schema_covers_the_fields_the_scala_operator_reads():
     spec = crds.stateful_service_schema()["properties"]["spec"]["properties"]
     assert set(spec) == {
@@ -104,6 +114,10 @@ def test_service_schema_covers_the_fields_the_scala_operator_reads():
         "sidecarJvmMemory", "nodeSelector", "tolerations",
     }
     assert spec["datastore"]["properties"]["config"]["properties"].keys() == {"keyspace", "schema"}
+    assert spec["autoscaling"]["properties"].keys() == {
+        "enabled", "userFunctionTargetConcurrency", "requestTargetConcurrency", "targetConcurrencyWindow",
+        "scaleUpStableDeadline", "scaleDownStableDeadline", "requestRateThresholdFactor", "requestRateWindow",
+    }
     assert spec["containers"]["maxItems"] == 1  # the operator runs only the first container
 
 
@@ -165,18 +179,28 @@ def test_operator_watches_exactly_the_namespaces_that_run_entities_on_its_cluste
     assert set(watched) == entity_namespaces
 
 
-def test_proxy_images_are_pinned_to_the_operator_release(owner):
+def test_proxy_images_are_pinned_to_the_proxy_release(owner):
     config_map = find(owner, "ConfigMap", "cloudstate-operator-config")
     images = operator.parse_operator_config(config_map["data"]["config"])["proxy.image"]
     assert set(images) == {"cassandra", "postgres", "no-store", "in-memory"}
     for key, image in images.items():
-        assert image.endswith(f":{versions.CLOUDSTATE}"), image
+        assert image.endswith(f":{versions.CLOUDSTATE_PROXY}"), image
         assert checks.image_violations("proxy", {"containers": [{"name": key, "image": image}]}) == []
     # one proxy per store type, the ones v0.5.1 published
     assert images["no-store"] == versions.image("cloudstate-proxy-no-store")
     assert images["in-memory"] == versions.image("cloudstate-proxy-in-memory")
-    assert pod_spec(find(owner, "Deployment", "cloudstate-operator"))["containers"][0]["image"] == \
-        versions.image("cloudstate-operator")
+
+
+def test_operator_image_is_the_operator_release(owner):
+    [container] = pod_spec(find(owner, "Deployment", "cloudstate-operator"))["containers"]
+    assert container["image"] == versions.image("cloudstate-operator")
+    assert container["image"].endswith(f"/cloudstate-operator:{versions.CLOUDSTATE_OPERATOR}")
+
+
+def test_proxies_speak_the_protocol_of_the_node_sdk():
+    # npm `cloudstate` 0.0.3 (tests/test_entities.py pins it) speaks v0.5; v0.6 proxies reject it.
+    assert versions.CLOUDSTATE_PROXY.startswith("0.5.")
+    assert all(versions.IMAGES[image].endswith(f":{versions.CLOUDSTATE_PROXY}") for image in operator.PROXY_IMAGES.values())
 
 
 def test_operator_deployment_is_hardened(owner):
@@ -185,6 +209,8 @@ def test_operator_deployment_is_hardened(owner):
     assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
     assert checks.restricted_violations("operator", spec) == []
     assert checks.resource_violations("operator", spec) == []
+    # v0.6.0's image (sbt-native-packager 1.7.4): `USER 1001:0`, files owned by 1001:root, mode u=rX,g=rX.
+    assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (1001, 0)
     [container] = spec["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]

@@ -5,7 +5,7 @@ import pytest
 
 from components.cloudstate_operator import CloudStateArgs
 from components.project_environment import (
-    SERVICE_ACCOUNT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec, store_key,
+    SERVICE_ACCOUNT, USER_PORT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec, store_key,
 )
 from infra import checks
 from infra.config import DIGEST_REF, ConfigError, load
@@ -133,6 +133,13 @@ def test_stateful_service_spec_only_wires_a_store_for_event_sourced_entities():
     cassandra = stateful_service_spec(stateful, stateful.image, "p-cassandra", "cassandra", "p_test", settings)
     assert cassandra["datastore"] == {"name": "p-cassandra", "config": {"keyspace": "p_test"}}
     assert "datastore" not in stateful_service_spec(stateless, stateless.image, None, "postgres", "p_test", settings)
+    # Operator 0.6.0 runs only the first container and takes its first port as the user port (PORT).
+    [container] = postgres["containers"]
+    assert container["ports"] == [{"name": "user-port", "containerPort": USER_PORT}] and USER_PORT == 8080
+    # It pastes sidecarJvmMemory unchecked into the proxy's JAVA_OPTS, so only a plain size passes.
+    assert postgres["sidecarJvmMemory"] == "256m"
+    with pytest.raises(ValueError, match="sidecar_jvm_memory|sidecarJvmMemory"):
+        CloudStateArgs(sidecar_jvm_memory="256m -Dconfig.resource=dev-mode.conf")
     assert store_key("my-shop", "prod") == "my_shop_prod"
     assert replicas_hpa_spec("p-e", 3)["minReplicas"] == replicas_hpa_spec("p-e", 3)["maxReplicas"] == 3
     assert namespace_args("p-test", "p", "test").pod_security == "baseline"

@@ -128,7 +128,8 @@ def test_managed_cassandra_has_auth_seeds_and_probes():
     policy = find(rendered, "NetworkPolicy", "shop-cassandra", "shop-test")
     assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == [9042, 7000]
     store = find(rendered, "StatefulStore", "shop-cassandra", "shop-test")
-    # Optional credentials are ignored unless their keys are named (reference §3.1 gotcha).
+    # Operator 0.6.0 passes these to the proxy as CASSANDRA_USERNAME/PASSWORD; optional
+    # credentials are ignored unless their keys are named (reference §3.1 gotcha).
     assert store["spec"]["config"] == {
         "service": "shop-cassandra.shop-test.svc.cluster.local",
         "credentialsFromSecret": {"name": "shop-cassandra-credentials", "usernameKey": "username", "passwordKey": "password"},
@@ -142,6 +143,37 @@ def test_external_cassandra_only_points_at_the_cluster():
     assert store["spec"]["type"] == "Cassandra" and store["spec"]["deployment"] == "Unmanaged"
     assert store["spec"]["config"]["service"] == "cassandra-a.example.internal,cassandra-b.example.internal"
     assert secret_keys(rendered, "shop-cassandra-credentials", "shop-prod") == {"username", "password"}
+
+
+# --- what operator 0.6.0 passes to the proxy ------------------------------------------------
+
+
+def operator_credential(config: dict, key: str, mandatory: bool) -> dict | None:
+    """How operator 0.6.0 resolves one credential of a StatefulStore's config into the proxy's env
+    value (rule of v0.6.0 `operator/.../stores/CredentialsHelper.scala`): a literal under
+    `credentials`, else the Secret key named by `credentialsFromSecret.<key>Key`, else (mandatory
+    credentials only) the Secret key `<key>`; otherwise nothing."""
+    literal = config.get("credentials", {}).get(key)
+    secret = config.get("credentialsFromSecret")
+    if literal is not None:
+        return {"value": literal}
+    if secret and (f"{key}Key" in secret or mandatory):
+        return {"secretKeyRef": {"name": secret["name"], "key": secret.get(f"{key}Key", key)}}
+    return None
+
+
+@pytest.mark.parametrize("kind, credentials", [
+    # v0.6.0 stores/PostgresStoreSupport.scala: database, username, password mandatory.
+    ("postgres", {"database": True, "username": True, "password": True}),
+    # v0.6.0 stores/CassandraStoreSupport.scala: CASSANDRA_USERNAME/PASSWORD, both optional.
+    ("cassandra", {"username": False, "password": False}),
+])
+def test_the_operator_passes_every_credential_from_the_stores_secret(kind, credentials):
+    config = stateful_store_spec(kind, "db", 5432, "creds")["config"]
+    for key, mandatory in credentials.items():
+        assert operator_credential(config, key, mandatory) == {"secretKeyRef": {"name": "creds", "key": key}}, key
+    # the gotcha the explicit keys avoid: an optional credential without its key is dropped
+    assert operator_credential({"credentialsFromSecret": {"name": "creds"}}, "username", False) is None
 
 
 # --- the Postgres component as other areas use it (Armada: extra databases) ------------------
@@ -200,16 +232,19 @@ def problems(stores: dict) -> list[str]:
 def test_external_postgres_without_host_or_secret_is_a_clear_error():
     [problem] = problems({"postgres": {"mode": "external", "credentialsSecret": {"namespace": "a", "name": "b"}}})
     assert problem == ("cloudstation:platform.stores.postgres.host: (not set) — "
-                       "external mode needs the server's host name")
+                       "required when mode is 'external': the server's host name")
     [problem] = problems({"cassandra": {"mode": "external", "host": "c"}})
-    assert problem.startswith("cloudstation:platform.stores.cassandra.credentialsSecret: (not set) — external mode "
-                              "needs an existing Secret with keys username and password")
+    assert problem.startswith("cloudstation:platform.stores.cassandra.credentialsSecret: (not set) — required when "
+                              "mode is 'external': an existing Secret with keys username and password")
 
 
 def test_external_only_keys_are_rejected_in_managed_mode():
     [problem] = problems({"postgres": {"host": "db.example"}})
     assert problem == ("cloudstation:platform.stores.postgres.host: 'db.example' — "
-                       "only allowed with mode: external (mode is 'managed')")
+                       "only allowed when mode is 'external'")
+    [problem] = problems({"cassandra": {"mode": "external", "host": "c", "replicas": 3,
+                                        "credentialsSecret": {"namespace": "a", "name": "b"}}})
+    assert problem == "cloudstation:platform.stores.cassandra.replicas: 3 — only allowed when mode is 'managed'"
 
 
 def test_bad_database_name_and_mode_name_the_key():

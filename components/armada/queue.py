@@ -100,16 +100,6 @@ class QueueApiSettings(ConfigModel):
         return self
 
 
-def unique_queue_names(queues: list[QueueArgs]) -> list[QueueArgs]:
-    """For a list validator: every queue name once."""
-    seen: set[str] = set()
-    for index, queue in enumerate(queues):
-        if queue.name in seen:
-            raise problem("queue names must be unique", f"[{index}].name", queue.name)
-        seen.add(queue.name)
-    return queues
-
-
 def project_queue_name(project: str) -> str:
     return f"{project}{PROJECT_QUEUE_SUFFIX}"
 

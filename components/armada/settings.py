@@ -14,8 +14,8 @@ from pydantic import Field, field_validator, model_validator
 
 from components.k8s import Resources
 from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
-from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem
-from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs, unique_queue_names
+from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
+from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs
 from components.pulsar import PulsarSettings
 from components.redis import RedisSettings
 
@@ -234,7 +234,7 @@ class ArmadaConfig(ConfigModel):
     @field_validator("queues")
     @classmethod
     def _unique_queues(cls, queues: list[QueueArgs]) -> list[QueueArgs]:
-        return unique_queue_names(queues)
+        return unique_names(queues, "queue")
 
     # Dependencies (`postgres`, `redis`, `pulsar`) and `queues` are composed here from their
     # components' settings models.
@@ -255,12 +255,7 @@ class ArmadaConfig(ConfigModel):
     @field_validator("executors")
     @classmethod
     def _unique_executors(cls, executors: list[ExecutorSettings]) -> list[ExecutorSettings]:
-        seen: set[str] = set()
-        for index, executor in enumerate(executors):
-            if executor.name in seen:
-                raise problem("executor names must be unique", f"[{index}].name", executor.name)
-            seen.add(executor.name)
-        return executors
+        return unique_names(executors, "executor")
 
     @model_validator(mode="after")
     def _executor_pools_are_scheduled(self) -> "ArmadaConfig":
