@@ -1,6 +1,7 @@
 """Command line: `python -m infra <command>`.
 
     render --stack STACK --out DIR    write what STACK would deploy (no CLI, cluster or Docker)
+    port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
     promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
     rollback --stack prod             undo the latest promotion (docs/promotion.md)
 """
@@ -23,6 +24,36 @@ def _render(args: argparse.Namespace) -> int:
         f"rendered stack {args.stack}: {len(rendered.registrations)} resources, "
         f"{len(manifests)} Kubernetes objects -> {args.out}"
     )
+    return 0
+
+
+def port_forwards(config) -> list[str]:
+    """`namespace service local:remote` for each in-cluster service that `pulumi up` itself talks
+    to through a port-forward: the managed registry it pushes to (docs/registry.md) and the Armada
+    REST API it manages queues through (docs/armada-queues.md), when configured at localhost."""
+    from urllib.parse import urlsplit
+
+    from components.armada.config import SERVER, SERVER_PORTS
+    from components.registry import PORT as REGISTRY_PORT
+    from infra.delivery import REGISTRY_NAME
+
+    forwards = []
+    registry = config.platform.registry
+    push_host, _, push_port = registry.effective_push_host.partition(":")
+    if registry.mode == "managed" and push_host in ("localhost", "127.0.0.1"):
+        forwards.append(f"{config.platform.namespace} {REGISTRY_NAME} {push_port or 80}:{REGISTRY_PORT}")
+    armada = config.platform.armada
+    queue_api = urlsplit(armada.queue_api.url)
+    if armada.enabled and armada.queue_api.enabled and queue_api.hostname in ("localhost", "127.0.0.1"):
+        forwards.append(f"{armada.namespace} {SERVER} {queue_api.port or 80}:{SERVER_PORTS['http']}")
+    return forwards
+
+
+def _port_forwards(args: argparse.Namespace) -> int:
+    from infra.render import validate_config
+
+    for line in port_forwards(validate_config(args.stack)):
+        print(line)
     return 0
 
 
@@ -68,6 +99,12 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     render.add_argument("--out", required=True, help="output directory")
     render.set_defaults(run=_render)
+
+    forwards = commands.add_parser(
+        "port-forwards", help="print `namespace service local:remote` for each port-forward `pulumi up` needs"
+    )
+    forwards.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    forwards.set_defaults(run=_port_forwards)
 
     project_dir = str(Path(__file__).resolve().parent.parent)
     promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")

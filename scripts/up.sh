@@ -27,4 +27,17 @@ if [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FI
   export PULUMI_CONFIG_PASSPHRASE_FILE="$PWD/.pulumi-state/passphrase"
 fi
 pulumi stack select --create "$stack" --non-interactive
+
+# `pulumi up` pushes entity images to the in-cluster registry and manages Armada queues through
+# the server's REST API, both through port-forwards (docs/registry.md, docs/armada-queues.md).
+# On a first deployment those services appear during this very run, so each forward retries until
+# its service answers; all of them stop when this script exits.
+forwards=()
+trap 'for pid in "${forwards[@]}"; do pkill -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done; true' EXIT
+while read -r namespace service ports; do
+  [ -n "$namespace" ] || continue
+  ( until kubectl -n "$namespace" port-forward "svc/$service" "$ports" >/dev/null 2>&1; do sleep 2; done ) &
+  forwards+=("$!")
+done < <(.venv/bin/python -m infra port-forwards --stack "$stack")
+
 pulumi up --stack "$stack" --yes --non-interactive "$@"

@@ -136,3 +136,16 @@ def test_project_file_names_the_program_and_the_config_namespace():
     assert project["name"] == render.stack_config.PROJECT
     assert project["runtime"]["name"] == "python"
     assert (ROOT / project["main"] / "__main__.py").is_file()
+
+
+def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
+    from infra.cli import port_forwards
+
+    assert port_forwards(render.validate_config("test")) == [
+        "cloudstation registry 32000:5000",
+        "armada armada-server 8080:8080",
+    ]
+    # prod pushes nothing (shared registry) and reaches the queue API at a public URL
+    assert port_forwards(render.validate_config("prod")) == []
+    result = run_cli("port-forwards", "--stack", "test")
+    assert result.returncode == 0 and result.stdout.splitlines()[0] == "cloudstation registry 32000:5000"
