@@ -19,12 +19,14 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
+from components import network
 from components.model import ConfigModel, check_mode_keys
-from components.postgres import SecretRef, same_namespace_only, secret_value, volume_claim
+from components.postgres import SecretRef, client_egress_spec, same_namespace_only, secret_value, volume_claim
 from components.component import Component
 from infra import versions
 
 CQL_PORT = 9042
+INTRA_NODE_PORT = 7000
 UID = 999
 """The `cassandra` user and group of the official image."""
 
@@ -124,7 +126,7 @@ def server_pod_spec(name: str, namespace: str, image: str, settings: CassandraSe
                 "image": image,
                 "ports": [
                     {"name": "cql", "containerPort": CQL_PORT},
-                    {"name": "intra-node", "containerPort": 7000},
+                    {"name": "intra-node", "containerPort": INTRA_NODE_PORT},
                 ],
                 "env": [
                     {"name": "CASSANDRA_CLUSTER_NAME", "value": name},
@@ -199,12 +201,28 @@ def auth_job_spec(name: str, secret: str, host: str, image: str) -> dict:
     }
 
 
+def server_endpoint(name: str, settings: CassandraSettings) -> network.Endpoint:
+    """What clients connect to: the managed nodes in their own namespace, or the external hosts."""
+    if settings.mode == "managed":
+        return network.Endpoint(ports=(CQL_PORT,), peers=(network.pods(kb.selector_labels(name)),))
+    return network.host_endpoint(settings.host, CQL_PORT)
+
+
+def gossip_egress_spec(name: str) -> dict:
+    """NetworkPolicy spec: the nodes reach each other's intra-node port (gossip, streaming)."""
+    return network.spec(
+        {"matchLabels": kb.selector_labels(name)},
+        egress_rules=[network.egress([network.pods(kb.selector_labels(name))], [INTRA_NODE_PORT])],
+    )
+
+
 # --- component -------------------------------------------------------------------------------
 
 
 class Cassandra(Component):
     """Outputs: `host` (Output[str], contact point), `port` (int), `secret_name` (Output[str],
-    keys username, password), `service_name` (managed only), `ready` (resources to wait for)."""
+    keys username, password), `service_name` (managed only), `ready` (resources to wait for),
+    `endpoint` (network.Endpoint: what clients' egress policies allow)."""
 
     def __init__(self, name: str, args: CassandraArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:stores:Cassandra", name, None, opts)
@@ -214,6 +232,7 @@ class Cassandra(Component):
         secret_name = f"{name}-credentials"
         self.port = CQL_PORT
         self.ready: list[pulumi.Resource] = []
+        self.endpoint = server_endpoint(name, settings)
 
         if settings.mode == "managed":
             password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
@@ -239,7 +258,7 @@ class Cassandra(Component):
                     # Seeds must resolve before they are ready, or the first node never starts.
                     "publishNotReadyAddresses": True,
                     "selector": kb.selector_labels(name),
-                    "ports": [*ports, {"name": "intra-node", "port": 7000, "targetPort": "intra-node"}],
+                    "ports": [*ports, {"name": "intra-node", "port": INTRA_NODE_PORT, "targetPort": "intra-node"}],
                 },
                 opts=child,
             )
@@ -276,7 +295,19 @@ class Cassandra(Component):
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-network-policy",
                 metadata=kb.metadata(name, args.namespace, "database"),
-                spec=same_namespace_only(name, [CQL_PORT, 7000]),
+                spec=same_namespace_only(name, [CQL_PORT, INTRA_NODE_PORT]),
+                opts=child,
+            )
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-gossip-network-policy",
+                metadata=kb.metadata(f"{name}-gossip", args.namespace, "database"),
+                spec=gossip_egress_spec(name),
+                opts=child,
+            )
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-auth-network-policy",
+                metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup"),
+                spec=client_egress_spec(f"{name}-auth", self.endpoint),
                 opts=child,
             )
             self.service_name: Optional[str] = name

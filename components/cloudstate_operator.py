@@ -26,6 +26,7 @@ from pydantic import Field
 
 from components import cloudstate_crds as crds
 from components import k8s as kb
+from components import network
 from components.model import ConfigModel, DnsLabel
 from components.component import Component
 from infra import versions
@@ -244,6 +245,15 @@ class CloudStateOperator(Component):
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*self.crds, account, config, config_binding, cluster_binding]
             ),
+        )
+        # It only talks to the Kubernetes API (it serves no webhook), so nothing may connect to it.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy",
+            **network.policy(
+                NAME, args.namespace, "cloudstate-operator",
+                network.spec({"matchLabels": kb.selector_labels(NAME)}, ingress_rules=[], egress_rules=[network.kubernetes_api()]),
+            ),
+            opts=child,
         )
         self.ready: list[pulumi.Resource] = [*self.crds, self.deployment]
         self.register_outputs({"crds": [c.metadata.name for c in self.crds], "deployment": self.deployment.metadata.name})

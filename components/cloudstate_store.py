@@ -102,6 +102,7 @@ class CloudStateStore(Component):
                 child,
             )
         self.store_name = name
+        self.endpoint = database.endpoint
         store = k8s.apiextensions.CustomResource(
             f"{name}-statefulstore",
             api_version=crds.API_VERSION,

@@ -1,4 +1,5 @@
-"""A namespace created by the platform, labelled for Pod Security admission."""
+"""A namespace created by the platform, labelled for Pod Security admission, that denies all
+traffic except DNS until the components in it allow their own flows (components/network.py)."""
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -6,6 +7,7 @@ from typing import Literal, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import network
 from components.k8s import PART_OF
 from components.model import ConfigModel, DnsLabel
 from components.component import Component
@@ -33,7 +35,8 @@ def namespace_metadata(args: NamespaceArgs) -> dict:
 
 
 class Namespace(Component):
-    """Outputs: `name` (the namespace's name, resolved once it exists)."""
+    """Outputs: `name` (the namespace's name, resolved once it exists). Children: the namespace
+    and its `default-deny` and `allow-dns` NetworkPolicies."""
 
     def __init__(self, name: str, args: NamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:platform:Namespace", name, None, opts)
@@ -42,4 +45,9 @@ class Namespace(Component):
         )
         self.resource = namespace
         self.name: pulumi.Output[str] = namespace.metadata.name
+        # Reading the name from the namespace makes the policies wait for it.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-default-deny", **network.default_deny(self.name), opts=self.child_opts()
+        )
+        k8s.networking.v1.NetworkPolicy(f"{name}-allow-dns", **network.allow_dns(self.name), opts=self.child_opts())
         self.register_outputs({"name": self.name})

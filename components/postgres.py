@@ -21,6 +21,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
+from components import network
 from components.model import ConfigModel, DnsLabel, check_mode_keys
 from components.component import Component
 from infra import versions
@@ -171,11 +172,20 @@ def server_pod_spec(name: str, secret: str, image: str, settings: PostgresSettin
 def same_namespace_only(name: str, ports: list[int]) -> dict:
     """NetworkPolicy spec: the server's pods accept connections only from pods of their own
     namespace (its clients, its setup Job and, for Cassandra, the other nodes)."""
-    return {
-        "podSelector": {"matchLabels": kb.selector_labels(name)},
-        "policyTypes": ["Ingress"],
-        "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": p} for p in ports]}],
-    }
+    return network.same_namespace_ingress(kb.selector_labels(name), ports)
+
+
+def server_endpoint(name: str, settings: PostgresSettings) -> network.Endpoint:
+    """What clients connect to: the managed server's pods in their own namespace (the server
+    admits no other), or the external host."""
+    if settings.mode == "managed":
+        return network.Endpoint(ports=(PORT,), peers=(network.pods(kb.selector_labels(name)),))
+    return network.host_endpoint(settings.host, settings.port)
+
+
+def client_egress_spec(client: str, endpoint: network.Endpoint) -> dict:
+    """NetworkPolicy spec: pods named `client` (a setup Job) may connect to `endpoint`, nothing else."""
+    return network.spec({"matchLabels": kb.selector_labels(client)}, egress_rules=[network.to(endpoint)])
 
 
 def volume_claim(storage: kb.Storage) -> dict:
@@ -221,7 +231,8 @@ def create_databases_job_spec(name: str, secret: str, host: str, port: int, imag
 class Postgres(Component):
     """Outputs: `host` (Output[str]), `port` (int), `secret_name` (Output[str], keys username,
     password, database), `service_name` (str; managed only, else None), `database` (str),
-    `ready` (resources to depend on before using the server and its databases)."""
+    `ready` (resources to depend on before using the server and its databases), `endpoint`
+    (network.Endpoint: what clients' egress policies allow)."""
 
     def __init__(self, name: str, args: PostgresArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:stores:Postgres", name, None, opts)
@@ -232,6 +243,7 @@ class Postgres(Component):
         secret_name = f"{name}-credentials"
         encoded_database = base64.b64encode(self.database.encode()).decode()
         self.ready: list[pulumi.Resource] = []
+        self.endpoint = server_endpoint(name, settings)
 
         if settings.mode == "managed":
             password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
@@ -320,6 +332,12 @@ class Postgres(Component):
                 metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
                 spec=create_databases_job_spec(name, secret_name, host, self.port, image, databases),
                 opts=self.child_opts(depends_on=list(self.ready), delete_before_replace=True),
+            )
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-databases-network-policy",
+                metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
+                spec=client_egress_spec(f"{name}-databases", self.endpoint),
+                opts=child,
             )
             self.ready.append(job)
 

@@ -27,6 +27,7 @@ import pulumi_kubernetes as k8s
 
 from components import cloudstate_crds as crds
 from components import k8s as kb
+from components import network
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
 from components.namespace import Namespace, NamespaceArgs
@@ -35,6 +36,9 @@ from components.component import Component
 SERVICE_ACCOUNT = "cloudstate-entities"
 POD_READER = "cloudstate-entities-pod-reader"
 PROXY_PORT = 8013
+REMOTING_PORT = 2552
+MANAGEMENT_PORT = 8558
+"""The proxies' Akka remoting and management (cluster bootstrap, health) ports."""
 USER_PORT = 8080
 ENTITY_UID = 1000
 """The user the entity images run as (`USER 1000:1000` in their Dockerfiles)."""
@@ -139,6 +143,26 @@ def entity_service_spec(service_name: str) -> dict:
     }
 
 
+def entity_network_policy_spec(service_name: str, store: Optional[network.Endpoint]) -> dict:
+    """NetworkPolicy spec of one entity's pods (selected by the operator's label): its proxies
+    form an Akka cluster with each other and list their pods through the Kubernetes API; every
+    entity pod of the namespace may call its proxy (entities call each other through their
+    Services, port 80 -> 8013); it may call the other entities and its store. Callers from other
+    namespaces need a policy of their own (docs/network-policies.md)."""
+    own = network.pods({SERVICE_LABEL: service_name})
+    entities = network.pods(expressions=[network.label_exists(SERVICE_LABEL)])
+    cluster_ports = [REMOTING_PORT, MANAGEMENT_PORT]
+    egress = [network.egress([own], cluster_ports), network.egress([entities], [PROXY_PORT])]
+    if store is not None:
+        egress.append(network.to(store))
+    egress.append(network.kubernetes_api())
+    return network.spec(
+        {"matchLabels": {SERVICE_LABEL: service_name}},
+        ingress_rules=[network.ingress([entities], [PROXY_PORT]), network.ingress([own], cluster_ports)],
+        egress_rules=egress,
+    )
+
+
 def replicas_hpa_spec(service_name: str, replicas: int) -> dict:
     return {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{service_name}-deployment"},
@@ -207,6 +231,7 @@ class ProjectEnvironment(Component):
                 child,
             )
         self.store_name = store.store_name if store else None
+        store_endpoint = store.endpoint if store else None
         keyspace = store_key(args.project, args.environment)
 
         self.services: list[str] = []
@@ -228,6 +253,12 @@ class ProjectEnvironment(Component):
                 f"{name}-{entity.service_name}-service",
                 metadata=kb.metadata(entity.service_name, ns, component),
                 spec=entity_service_spec(entity.service_name),
+                opts=child,
+            )
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-{entity.service_name}-network-policy",
+                metadata=kb.metadata(entity.service_name, ns, component),
+                spec=entity_network_policy_spec(entity.service_name, store_endpoint if entity.needs_store else None),
                 opts=child,
             )
             k8s.autoscaling.v2.HorizontalPodAutoscaler(

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
 from components import k8s as kube
+from components import network
 from components.model import ConfigModel, check_mode_keys, problem
 from components.component import Component
 from infra.versions import image
@@ -182,8 +183,21 @@ def statefulset_spec(name: str, settings: PulsarSettings, image_ref: str, advert
     }
 
 
+def broker_network_policy_spec(name: str) -> dict:
+    """Clients in the namespace reach the broker and admin ports; the broker reaches itself at
+    its advertised address while starting (usually over loopback, which no policy filters, but
+    some CNIs route a pod's own address through its interface)."""
+    broker = [network.pods(kube.selector_labels(name))]
+    return network.spec(
+        {"matchLabels": kube.selector_labels(name)},
+        ingress_rules=[network.ingress([network.pods()], [BROKER_PORT, ADMIN_PORT])],
+        egress_rules=[network.egress(broker, [BROKER_PORT, ADMIN_PORT])],
+    )
+
+
 class Pulsar(Component):
-    """Outputs: `url` (`pulsar://…:6650`) and `admin_url` (`http://…:8080`)."""
+    """Outputs: `url` (`pulsar://…:6650`) and `admin_url` (`http://…:8080`); `endpoint` and
+    `admin_endpoint` (network.Endpoint: what clients' egress policies allow)."""
 
     url: pulumi.Output[str]
     admin_url: pulumi.Output[str]
@@ -194,6 +208,8 @@ class Pulsar(Component):
         if settings.mode == "external":
             self.url = pulumi.Output.from_input(settings.url)
             self.admin_url = pulumi.Output.from_input(settings.admin_url)
+            self.endpoint = network.url_endpoint(settings.url, BROKER_PORT)
+            self.admin_endpoint = network.url_endpoint(settings.admin_url, ADMIN_PORT)
         else:
             self._managed(name, args)
         self.register_outputs({"url": self.url, "adminUrl": self.admin_url})
@@ -222,11 +238,21 @@ class Pulsar(Component):
             lambda parts: kube.service_dns(parts[0], parts[1])
         )
         image_ref = image("pulsar", args.image_mirror)
+        policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy",
+            metadata=kube.metadata(name, args.namespace, COMPONENT),
+            spec=broker_network_policy_spec(name),
+            opts=child,
+        )
         k8s.apps.v1.StatefulSet(
             f"{name}-sts",
             metadata=kube.metadata(name, args.namespace, COMPONENT),
             spec=host.apply(lambda address: statefulset_spec(name, args.settings, image_ref, address)),
-            opts=self.child_opts(depends_on=[service]),
+            # The broker calls itself while starting, which its policy allows.
+            opts=self.child_opts(depends_on=[service, policy]),
         )
         self.url = host.apply(lambda h: f"pulsar://{h}:{BROKER_PORT}")
         self.admin_url = host.apply(lambda h: f"http://{h}:{ADMIN_PORT}")
+        broker = (network.pods(kube.selector_labels(name)),)
+        self.endpoint = network.Endpoint(ports=(BROKER_PORT,), peers=broker)
+        self.admin_endpoint = network.Endpoint(ports=(ADMIN_PORT,), peers=broker)

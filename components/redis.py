@@ -15,6 +15,7 @@ import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kube
+from components import network
 from components.model import ConfigModel, check_mode_keys
 from components.component import Component
 from infra.versions import image
@@ -145,7 +146,8 @@ def statefulset_spec(name: str, settings: RedisSettings, image_ref: str, secret_
 
 class Redis(Component):
     """Outputs: `host` (in-cluster DNS name), `port` (int), `secret_name` (Secret whose key
-    `password_key` holds the password; `password` for a managed Redis)."""
+    `password_key` holds the password; `password` for a managed Redis), `endpoint`
+    (network.Endpoint: what clients' egress policies allow)."""
 
     host: pulumi.Output[str]
     port: int
@@ -160,6 +162,7 @@ class Redis(Component):
             self.host = pulumi.Output.from_input(settings.host)
             self.secret_name = pulumi.Output.from_input(settings.existing_secret)
             self.password_key = settings.password_key
+            self.endpoint = network.host_endpoint(settings.host, settings.port)
         else:
             self._managed(name, args)
         self.register_outputs({"host": self.host, "port": self.port, "secretName": self.secret_name})
@@ -201,3 +204,11 @@ class Redis(Component):
         )
         self.secret_name = secret.metadata.name
         self.password_key = PASSWORD_KEY
+        # Clients in the namespace only (the Armada services); they allow their own egress.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy",
+            metadata=kube.metadata(name, args.namespace, COMPONENT),
+            spec=network.same_namespace_ingress(kube.selector_labels(name), [settings.port]),
+            opts=child,
+        )
+        self.endpoint = network.Endpoint(ports=(settings.port,), peers=(network.pods(kube.selector_labels(name)),))

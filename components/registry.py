@@ -28,6 +28,7 @@ import yaml
 from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
 
 from components import k8s as kube
+from components import network
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 
@@ -318,29 +319,23 @@ def network_policy_spec(name: str, config: RegistryConfig, client_namespaces: li
     """Ingress to the registry port only from the platform and project namespaces, the nodes (pulls
     through the NodePort), and the ingress controller / LoadBalancer clients when enabled; no egress
     (filesystem storage needs none). The debug port is left to the kubelet's probes."""
-    ports = [{"port": PORT, "protocol": "TCP"}]
     peers: list[dict] = [
         {
             "namespaceSelector": {
                 "matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(set(client_namespaces))}
+                    {"key": network.NAMESPACE_LABEL, "operator": "In", "values": sorted(set(client_namespaces))}
                 ]
             }
         }
     ]
     peers += [{"ipBlock": {"cidr": str(cidr)}} for cidr in config.node_cidrs]
     if config.ingress:
-        peers.append(
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": config.ingress.controller_namespace}}}
-        )
+        peers.append(network.namespace_peer(config.ingress.controller_namespace))
     if config.load_balancer:
         peers += [{"ipBlock": {"cidr": str(cidr)}} for cidr in config.load_balancer_source_ranges]
-    return {
-        "podSelector": {"matchLabels": kube.selector_labels(name)},
-        "policyTypes": ["Ingress", "Egress"],
-        "ingress": [{"from": peers, "ports": ports}],
-        "egress": [],
-    }
+    return network.spec(
+        {"matchLabels": kube.selector_labels(name)}, ingress_rules=[network.ingress(peers, [PORT])], egress_rules=[]
+    )
 
 
 def ingress_spec(name: str, ingress: RegistryIngress) -> dict:

@@ -81,6 +81,10 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         redis_password_key=redis.password_key,
         pulsar_url=pulsar.url,
         pulsar_admin_url=pulsar.admin_url,
+        postgres_endpoint=postgres.endpoint,
+        redis_endpoint=redis.endpoint,
+        pulsar_endpoint=pulsar.endpoint,
+        pulsar_admin_endpoint=pulsar.admin_endpoint,
     )
 
     def service_args(image_name: str, start_after: list[pulumi.Resource]) -> ArmadaArgs:

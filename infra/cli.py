@@ -4,6 +4,7 @@
     port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
     promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
     rollback --stack prod             undo the latest promotion (docs/promotion.md)
+    config-reference [--check]        write docs/config-reference.md from the config models
 """
 from __future__ import annotations
 
@@ -91,6 +92,19 @@ def _rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_reference(args: argparse.Namespace) -> int:
+    from infra import config_reference
+
+    path = Path(args.out)
+    if args.check:
+        if path.is_file() and path.read_text(encoding="utf-8") == config_reference.render():
+            return 0
+        print(f"error: {path} is stale: run `python -m infra config-reference`", file=sys.stderr)
+        return 1
+    print(f"{path}: {'written' if config_reference.write(path) else 'up to date'}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m infra", description=__doc__.splitlines()[0])
     commands = root.add_subparsers(dest="command", required=True)
@@ -124,6 +138,15 @@ def parser() -> argparse.ArgumentParser:
     rollback.add_argument("--dry-run", action="store_true", help="print the exact change; write and tag nothing")
     rollback.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     rollback.set_defaults(run=_rollback)
+
+    reference = commands.add_parser(
+        "config-reference", help="write the stack config reference (docs/config-reference.md) from the models"
+    )
+    reference.add_argument(
+        "--out", default=str(Path(project_dir) / "docs" / "config-reference.md"), help="file to write"
+    )
+    reference.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
+    reference.set_defaults(run=_config_reference)
     return root
 
 

@@ -4,12 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Only what is missing, tool by tool: a tool installed another way (e.g. Node.js) is left alone.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  missing=""
-  for tool in docker-registry skopeo htpasswd node; do command -v "$tool" >/dev/null || missing=1; done
-  if [ -n "$missing" ]; then
+  packages=()
+  for pair in docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils node:nodejs; do
+    command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
+  done
+  if [ "${#packages[@]}" -gt 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry skopeo apache2-utils nodejs >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   fi
 fi
 

@@ -163,7 +163,8 @@ def test_only_the_server_and_executors_reach_the_scheduler_grpc_port(rendered):
     policy = find(rendered, "NetworkPolicy", "armada-scheduler", namespace_of(rendered))
     scheduler = find(rendered, "Deployment", "armada-scheduler", namespace_of(rendered))
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= scheduler["spec"]["template"]["metadata"]["labels"].items()
-    grpc_rule, open_rule = policy["spec"]["ingress"]
+    # The only rule: health and metrics are left to the kubelet (tests/test_network_policies.py).
+    [grpc_rule] = policy["spec"]["ingress"]
     assert grpc_rule["ports"] == [{"port": 50052, "protocol": "TCP"}]
     [peer] = grpc_rule["from"]
     clients = {
@@ -171,7 +172,6 @@ def test_only_the_server_and_executors_reach_the_scheduler_grpc_port(rendered):
         if peer["podSelector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
     }
     assert clients == {"armada-server", *executors(rendered)}
-    assert "from" not in open_rule and 50052 not in [p["port"] for p in open_rule["ports"]]
 
 
 # --- wiring, read back from the rendered config files ----------------------------------------
@@ -358,8 +358,8 @@ def test_variant_one_executor_per_entry_and_binoculars(variant):
 def test_variant_without_cluster_ownership_or_pruning(variant):
     mine = armada_objects(variant)
     assert [o for o in mine if o["kind"] in ("PriorityClass", "ClusterRole", "CronJob")] == []
-    # restrictGrpc off: no policy on the scheduler (the PostgreSQL component keeps its own)
-    policies = [o for o in mine if o["kind"] == "NetworkPolicy"]
-    assert [p["metadata"]["name"] for p in policies] == ["armada-postgres"]
+    # restrictGrpc off: the scheduler's gRPC port admits any source
+    scheduler = next(o for o in mine if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "armada-scheduler")
+    assert scheduler["spec"]["ingress"] == [{"ports": [{"port": 50052, "protocol": "TCP"}]}]
     # Bindings are per stack (named after its namespace) and still needed.
     assert len([o for o in mine if o["kind"] == "ClusterRoleBinding"]) == 3

@@ -59,7 +59,7 @@ def test_managed_redis_is_a_hardened_statefulset_with_its_password_only_in_a_sec
 
     assert validate.validate_all(objects) == []
     assert standard_violations(objects) == []
-    assert sorted(o["kind"] for o in objects) == ["Secret", "Service", "StatefulSet"]
+    assert sorted(o["kind"] for o in objects) == ["NetworkPolicy", "Secret", "Service", "StatefulSet"]
     secret = only(objects, "Secret")
     assert secret["stringData"] == {"password": "[secret]", "redis.conf": "[secret]"}
     [password] = [r for r in mocked.registrations if r.type.startswith("random:")]
@@ -145,7 +145,7 @@ def test_managed_pulsar_is_one_standalone_broker_with_auto_created_topics(mocked
 
     assert validate.validate_all(objects) == []
     assert standard_violations(objects) == []
-    assert sorted(o["kind"] for o in objects) == ["Service", "StatefulSet"]
+    assert sorted(o["kind"] for o in objects) == ["NetworkPolicy", "Service", "StatefulSet"]
     service = only(objects, "Service")
     assert service["spec"]["publishNotReadyAddresses"] is True  # the broker calls itself while starting
     assert {p["port"] for p in service["spec"]["ports"]} == {6650, 8080}
@@ -238,7 +238,7 @@ def test_stacks_render_redis_as_configured_and_wire_it_into_armada(rendered):
     if armada.redis.mode == "external":
         assert objects == []
         return
-    assert sorted(o["kind"] for o in objects) == ["Secret", "Service", "StatefulSet"]
+    assert sorted(o["kind"] for o in objects) == ["NetworkPolicy", "Secret", "Service", "StatefulSet"]
     assert {o["metadata"]["namespace"] for o in objects} == {armada.namespace}
     assert standard_violations(objects) == []
     assert validate.validate_all(objects) == []
@@ -263,7 +263,7 @@ def test_stacks_render_pulsar_as_configured_and_wire_it_into_armada(rendered):
         assert objects == []
         url = armada.pulsar.url
     else:
-        assert sorted(o["kind"] for o in objects) == ["Service", "StatefulSet"]
+        assert sorted(o["kind"] for o in objects) == ["NetworkPolicy", "Service", "StatefulSet"]
         assert standard_violations(objects) == []
         assert validate.validate_all(objects) == []
         statefulset = next(o for o in objects if o["kind"] == "StatefulSet")

@@ -25,6 +25,7 @@ def binoculars_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         health=True,
         api_access=True,  # reads pod logs, cordons nodes
+        callers={"grpc": None, "http": None},  # called by users' browsers (from Lookout)
     )
 
 
@@ -40,5 +41,5 @@ class Binoculars(ArmadaService):
             **cluster_role_binding(binding_name(namespace, spec.name), BINOCULARS_CLUSTER_ROLE, spec.name, namespace),
             opts=self.child_opts(),
         )
-        self._deploy(name, spec, namespace, start_after=args.start_after)
+        self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

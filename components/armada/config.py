@@ -16,8 +16,9 @@ Values may be plain or `pulumi.Output`s (hosts of managed dependencies); nothing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+from components.network import Endpoint
 from components.armada.settings import ArmadaConfig, ExecutorSettings
 from components.k8s import secret_env, service_dns
 
@@ -74,6 +75,12 @@ class Endpoints:
     redis_secret: Any = None
     """Secret holding the Redis password; None when Redis has no password."""
     redis_password_key: str = "password"
+    postgres_endpoint: Optional[Endpoint] = None
+    """The dependencies' network endpoints (their components' `endpoint`), for the services'
+    egress policies; None allows any address on the dependency's port."""
+    redis_endpoint: Optional[Endpoint] = None
+    pulsar_endpoint: Optional[Endpoint] = None
+    pulsar_admin_endpoint: Optional[Endpoint] = None
 
     def grpc_address(self, service: str, port: int) -> str:
         return f"{service_dns(service, self.namespace)}:{port}"

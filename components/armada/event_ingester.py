@@ -28,5 +28,5 @@ def event_ingester_spec(args: ArmadaArgs) -> ServiceSpec:
 class EventIngester(ArmadaService):
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:EventIngester", name, opts)
-        self._deploy(name, event_ingester_spec(args), args.endpoints.namespace, start_after=args.start_after)
+        self._deploy(name, event_ingester_spec(args), args.endpoints, start_after=args.start_after)
         self.register_outputs({})

@@ -57,5 +57,5 @@ class Executor(ArmadaService):
             **cluster_role_binding(binding_name(namespace, spec.name), EXECUTOR_CLUSTER_ROLE, spec.name, namespace),
             opts=self.child_opts(),
         )
-        self._deploy(name, spec, namespace, start_after=args.start_after)
+        self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -22,6 +22,7 @@ def lookout_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
         health=True,
+        callers={"http": None},  # the UI and its REST API, for users' browsers
     )
 
 
@@ -56,7 +57,7 @@ class Lookout(ArmadaService):
         self._deploy(
             name,
             lookout_spec(args),
-            args.endpoints.namespace,
+            args.endpoints,
             migration=migration_task(args),
             pruner=pruner_task(args),
             start_after=args.start_after,

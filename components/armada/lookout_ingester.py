@@ -30,5 +30,5 @@ class LookoutIngester(ArmadaService):
 
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:LookoutIngester", name, opts)
-        self._deploy(name, lookout_ingester_spec(args), args.endpoints.namespace, start_after=args.start_after)
+        self._deploy(name, lookout_ingester_spec(args), args.endpoints, start_after=args.start_after)
         self.register_outputs({})

@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.armada.config import SCHEDULER, SCHEDULER_PORTS, postgres_env, scheduler_config
 from components.armada.service import ArmadaArgs, ArmadaService
-from components.armada.workload import ServiceSpec, TaskSpec, config_args, scheduler_network_policy
+from components.armada.workload import SCHEDULER_CLIENTS, ServiceSpec, TaskSpec, config_args
 
 
 def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
@@ -23,6 +22,7 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
         health=True,
+        callers={"grpc": SCHEDULER_CLIENTS if settings.restrict_grpc else None},
     )
 
 
@@ -57,15 +57,9 @@ class Scheduler(ArmadaService):
         self._deploy(
             name,
             scheduler_spec(args),
-            args.endpoints.namespace,
+            args.endpoints,
             migration=migration_task(args),
             pruner=pruner_task(args),
             start_after=args.start_after,
         )
-        if args.config.scheduler.restrict_grpc:
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-netpol",
-                **scheduler_network_policy(self.spec, args.endpoints.namespace),
-                opts=self.child_opts(),
-            )
         self.register_outputs({"service_name": self.service_name})

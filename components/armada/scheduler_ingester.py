@@ -36,5 +36,5 @@ class SchedulerIngester(ArmadaService):
 
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:SchedulerIngester", name, opts)
-        self._deploy(name, scheduler_ingester_spec(args), args.endpoints.namespace, start_after=args.start_after)
+        self._deploy(name, scheduler_ingester_spec(args), args.endpoints, start_after=args.start_after)
         self.register_outputs({})

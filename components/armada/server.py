@@ -23,6 +23,10 @@ def server_spec(args: ArmadaArgs) -> ServiceSpec:
         env=[*postgres_env(args.endpoints), *redis_env("eventsApiRedis", args.endpoints)],
         health=True,
         pod_labels=SCHEDULER_CLIENT,  # reports scheduling to the scheduler
+        # The user-facing API (armadactl, browsers, queue management), reached through a
+        # port-forward, an Ingress or a LoadBalancer whose sources are cluster-specific; the
+        # scheduler calls the gRPC API too.
+        callers={"grpc": None, "http": None},
     )
 
 
@@ -31,5 +35,5 @@ class Server(ArmadaService):
 
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Server", name, opts)
-        self._deploy(name, server_spec(args), args.endpoints.namespace, start_after=args.start_after)
+        self._deploy(name, server_spec(args), args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -14,7 +14,9 @@ import yaml
 
 from components.armada.config import CONFIG_FILE, Endpoints
 from components.armada.settings import ArmadaConfig
-from components.armada.workload import COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, service
+from components.armada.workload import (
+    COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, service, service_network_policy, tasks_network_policy,
+)
 from components.k8s import metadata
 from components.component import Component
 
@@ -54,13 +56,14 @@ class ArmadaService(Component):
         self,
         name: str,
         spec: ServiceSpec,
-        namespace: pulumi.Input[str],
+        endpoints: Endpoints,
         migration: Optional[TaskSpec] = None,
         pruner: Optional[tuple[TaskSpec, str]] = None,
         start_after: Sequence[pulumi.Resource] = (),
     ) -> None:
         child = self.child_opts()
         self.spec = spec
+        namespace = endpoints.namespace
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata=metadata(spec.name, namespace, COMPONENT),
@@ -77,20 +80,33 @@ class ArmadaService(Component):
         config_map_name = config_map.metadata.name
         # Reading the names from the objects makes Pulumi create them before the pods.
         account_name = account.metadata.name
+        # The namespace denies everything else, so the pods wait for the flows they need.
+        policies = [
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-network-policy", **service_network_policy(spec, endpoints), opts=child
+            )
+        ]
+        tasks = [task.name for task in (migration, pruner[0] if pruner else None) if task is not None]
+        if tasks:
+            policies.append(
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-tasks-network-policy", **tasks_network_policy(spec, tasks, endpoints), opts=child
+                )
+            )
 
         if migration is not None:
             # pulumi-kubernetes waits for a Job to complete, so whatever depends on it starts after.
             self.migration = k8s.batch.v1.Job(
                 f"{name}-migration",
                 **job(migration, spec, namespace, config_map_name, account_name),
-                opts=self.child_opts(depends_on=list(start_after)),
+                opts=self.child_opts(depends_on=[*start_after, *policies]),
             )
 
         waits = [self.migration] if self.migration is not None else list(start_after)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deploy",
             **deployment(spec, namespace, config_map_name, config_text.apply(checksum), account_name),
-            opts=self.child_opts(depends_on=waits),
+            opts=self.child_opts(depends_on=[*waits, *policies]),
         )
 
         if spec.service:
@@ -102,5 +118,5 @@ class ArmadaService(Component):
             k8s.batch.v1.CronJob(
                 f"{name}-pruner",
                 **cron_job(task, schedule, spec, namespace, config_map_name, account_name),
-                opts=self.child_opts(depends_on=waits),
+                opts=self.child_opts(depends_on=[*waits, *policies]),
             )

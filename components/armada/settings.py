@@ -68,8 +68,9 @@ class SchedulerSettings(ServiceSettings):
     """Pools the scheduler schedules; every executor's pool must be one of them (G5)."""
     pruning: PruningSettings = PruningSettings()
     restrict_grpc: bool = True
-    """A NetworkPolicy lets only the server and the executors call the scheduler's gRPC API
-    (executors authenticate anonymously, so reaching it is what allows leasing jobs)."""
+    """Only the server and the executors may call the scheduler's gRPC API (executors
+    authenticate anonymously, so reaching it is what allows leasing jobs); false admits any
+    source to it."""
     expire_after: str = Field(default="2h", pattern=r"^[0-9]+(s|m|h)$")
     """Pruner: how long finished jobs are kept in the scheduler database."""
 

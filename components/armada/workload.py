@@ -11,8 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from components.armada.config import CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, go_memory_limit_env
+from components import network
+from components.armada.config import (
+    CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, SCHEDULER, SCHEDULER_PORTS, SERVER, SERVER_PORTS, Endpoints, go_memory_limit_env,
+)
 from components.k8s import Resources, container_security, http_probe, labels, metadata, pod_security, selector_labels
+from components.postgres import PORT as POSTGRES_PORT
+from components.pulsar import ADMIN_PORT as PULSAR_ADMIN_PORT, BROKER_PORT as PULSAR_PORT
+from components.redis import RedisSettings
 
 ARMADA_UID = 1000
 ARMADA_GID = 2000
@@ -46,6 +52,9 @@ class ServiceSpec:
     termination_grace_seconds: Optional[int] = None
     pod_labels: dict[str, str] = field(default_factory=dict)
     """Extra labels of its pods (e.g. SCHEDULER_CLIENT)."""
+    callers: dict[str, Optional[tuple[dict, ...]]] = field(default_factory=dict)
+    """Port name -> NetworkPolicy peers admitted to it (None: any source). Ports not listed
+    admit nothing but the kubelet (probes)."""
 
 
 def config_args(*before: str) -> list[str]:
@@ -162,27 +171,68 @@ def service(spec: ServiceSpec, namespace: Any) -> dict:
     }
 
 
-def scheduler_network_policy(spec: ServiceSpec, namespace: Any) -> dict:
-    """Only the server and the executors may call the scheduler's gRPC API: with anonymous auth,
-    any pod reaching it could lease jobs. Its HTTP (health) and metrics ports stay open."""
-    return {
-        "metadata": metadata(spec.name, namespace, COMPONENT),
-        "spec": {
-            "podSelector": {"matchLabels": selector_labels(spec.name)},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": {"matchLabels": SCHEDULER_CLIENT}}],
-                    "ports": [{"port": spec.ports["grpc"], "protocol": "TCP"}],
-                },
-                {
-                    "ports": [
-                        {"port": port, "protocol": "TCP"} for name, port in spec.ports.items() if name != "grpc"
-                    ]
-                },
-            ],
-        },
-    }
+SCHEDULER_CLIENTS = (network.pods(SCHEDULER_CLIENT),)
+"""Peers admitted to the scheduler's gRPC API: with anonymous auth, any pod reaching it could lease jobs."""
+
+
+def to_dependency(endpoint: Optional[network.Endpoint], default_port: int) -> dict:
+    """Egress to a dependency; without its endpoint, any address on its default port."""
+    return network.to(endpoint or network.Endpoint(ports=(default_port,)))
+
+
+def postgres_egress(endpoints: Endpoints) -> dict:
+    port = endpoints.postgres_port if isinstance(endpoints.postgres_port, int) else POSTGRES_PORT
+    return to_dependency(endpoints.postgres_endpoint, port)
+
+
+def service_egress(spec: ServiceSpec, endpoints: Endpoints) -> list[dict]:
+    """What a service's pods connect to, read from its override config (the keys that carry the
+    addresses) and its API access."""
+    config = spec.config
+    rules = []
+    if "postgres" in config:
+        rules.append(postgres_egress(endpoints))
+    if "redis" in config or "eventsApiRedis" in config:
+        rules.append(to_dependency(endpoints.redis_endpoint, RedisSettings.model_fields["port"].default))
+    if "pulsar" in config:
+        rules.append(to_dependency(endpoints.pulsar_endpoint, PULSAR_PORT))
+        if "restURL" in config["pulsar"]:
+            rules.append(to_dependency(endpoints.pulsar_admin_endpoint, PULSAR_ADMIN_PORT))
+    if "schedulerApiConnection" in config or "executorApiConnection" in config:
+        rules.append(network.egress([network.pods(selector_labels(SCHEDULER))], [SCHEDULER_PORTS["grpc"]]))
+    if "armadaApi" in config:
+        rules.append(network.egress([network.pods(selector_labels(SERVER))], [SERVER_PORTS["grpc"]]))
+    if spec.api_access:
+        rules.append(network.kubernetes_api())
+    return rules
+
+
+def service_network_policy(spec: ServiceSpec, endpoints: Endpoints) -> dict:
+    """The service's pods: reached on the ports of `spec.callers` by those callers, and
+    connecting to what their config names."""
+    ingress = [network.ingress(peers, [spec.ports[port]]) for port, peers in spec.callers.items()]
+    return network.policy(
+        spec.name,
+        endpoints.namespace,
+        COMPONENT,
+        network.spec(
+            {"matchLabels": selector_labels(spec.name)},
+            ingress_rules=ingress,
+            egress_rules=service_egress(spec, endpoints),
+        ),
+    )
+
+
+def tasks_network_policy(spec: ServiceSpec, tasks: list[str], endpoints: Endpoints) -> dict:
+    """A service's migration and pruning Jobs: they only work on its database."""
+    return network.policy(
+        f"{spec.name}-tasks",
+        endpoints.namespace,
+        COMPONENT,
+        network.spec(
+            {"matchExpressions": [network.names_in(tasks)]}, ingress_rules=[], egress_rules=[postgres_egress(endpoints)]
+        ),
+    )
 
 
 @dataclass(frozen=True)

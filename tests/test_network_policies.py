@@ -1,0 +1,485 @@
+"""NetworkPolicies, checked by simulating them on the rendered graph.
+
+Both stack files are rendered into one cluster model (they share a cluster: prod pulls from the
+test stack's registry), with the pods their workloads and the CloudState operator create, the
+cluster DNS, the API server and prod's external Pulsar. A flow is allowed when the client's
+policies allow it as egress and the server's as ingress (Kubernetes semantics: a pod selected
+by no policy of a direction is open in that direction; policies add up). Every required flow of
+docs/network-policies.md must be allowed, and some that nothing needs must be denied.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pytest
+
+from components import network
+from components.project_environment import MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL
+from infra import render
+from infra.checks import pod_spec
+from tests.conftest import objects
+
+API_SERVER = "172.18.0.2"
+"""An API server address (kind's control-plane node), outside every pod network."""
+USER = "203.0.113.7"
+"""A user's machine outside the cluster."""
+INTERNET = "198.51.100.1"
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job", "CronJob")
+USER_FACING = {("armada-server", 50051), ("armada-server", 8080), ("armada-lookout", 10000)}
+"""Ports open to any source: the Armada API and Lookout (docs/network-policies.md)."""
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    labels: dict = field(hash=False)
+    ports: dict = field(hash=False, default_factory=dict)
+    """Named container ports -> numbers (to resolve named ports in rules)."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Something that is not a pod: the API server, a node, a user."""
+
+    ip: str
+
+
+@dataclass
+class Cluster:
+    namespaces: dict[str, dict]
+    """name -> labels (with kubernetes.io/metadata.name, as the API server sets it)."""
+    pods: list[Pod]
+    policies: list[dict]
+
+    def pod(self, namespace: str, name: str) -> Pod:
+        found = [p for p in self.pods if p.namespace == namespace and p.name == name]
+        assert len(found) == 1, f"expected one pod {namespace}/{name}, found {len(found)}"
+        return found[0]
+
+    def allowed(self, source, destination, port: int, protocol: str = "TCP") -> bool:
+        egress_ok = not isinstance(source, Pod) or self._admits(source, "Egress", destination, port, protocol)
+        ingress_ok = not isinstance(destination, Pod) or self._admits(destination, "Ingress", source, port, protocol, destination)
+        return egress_ok and ingress_ok
+
+    def _admits(self, pod: Pod, direction: str, peer, port: int, protocol: str, port_owner: Optional[Pod] = None) -> bool:
+        target = peer if direction == "Egress" else pod
+        applicable = [p for p in self.policies if self._selects(p, pod) and direction in policy_types(p)]
+        if not applicable:
+            return True
+        key, peers_key = ("egress", "to") if direction == "Egress" else ("ingress", "from")
+        for policy in applicable:
+            for rule in policy["spec"].get(key) or []:
+                peers = rule.get(peers_key)
+                if peers and not any(self._peer_matches(p, policy["metadata"]["namespace"], peer) for p in peers):
+                    continue
+                if port_matches(rule.get("ports"), port, protocol, target if isinstance(target, Pod) else None):
+                    return True
+        return False
+
+    def _selects(self, policy: dict, pod: Pod) -> bool:
+        return policy["metadata"]["namespace"] == pod.namespace and selector_matches(policy["spec"]["podSelector"], pod.labels)
+
+    def _peer_matches(self, peer: dict, policy_namespace: str, other) -> bool:
+        if "ipBlock" in peer:
+            # Pod IPs in ipBlocks are implementation-defined; only non-pod addresses count here.
+            if isinstance(other, Pod):
+                return False
+            block = peer["ipBlock"]
+            ip = ipaddress.ip_address(other.ip)
+            return ip in ipaddress.ip_network(block["cidr"]) and not any(
+                ip in ipaddress.ip_network(c) for c in block.get("except", [])
+            )
+        if not isinstance(other, Pod):
+            return False
+        if "namespaceSelector" in peer:
+            if not selector_matches(peer["namespaceSelector"], self.namespaces.get(other.namespace, {})):
+                return False
+        elif other.namespace != policy_namespace:
+            return False
+        return selector_matches(peer.get("podSelector", {}), other.labels)
+
+
+def policy_types(policy: dict) -> list[str]:
+    spec = policy["spec"]
+    return spec.get("policyTypes") or (["Ingress", "Egress"] if "egress" in spec else ["Ingress"])
+
+
+def selector_matches(selector: dict, labels: dict) -> bool:
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def port_matches(ports: Optional[list], port: int, protocol: str, target: Optional[Pod]) -> bool:
+    if not ports:
+        return True
+    for entry in ports:
+        if entry.get("protocol", "TCP") != protocol:
+            continue
+        wanted = entry.get("port")
+        if wanted is None:
+            return True
+        if isinstance(wanted, str):
+            wanted = (target.ports if target else {}).get(wanted)
+        if wanted is not None and wanted <= port <= entry.get("endPort", wanted):
+            return True
+    return False
+
+
+# --- the cluster model -----------------------------------------------------------------------
+
+
+def workload_pods(manifests: list[dict]) -> list[Pod]:
+    pods = []
+    for o in manifests:
+        if o["kind"] not in WORKLOAD_KINDS:
+            continue
+        template = o["spec"]["jobTemplate"]["spec"]["template"] if o["kind"] == "CronJob" else o["spec"]["template"]
+        named = {p["name"]: p["containerPort"] for c in pod_spec(o)["containers"] for p in c.get("ports", []) if "name" in p}
+        pods.append(Pod(o["metadata"]["namespace"], o["metadata"]["name"], template["metadata"]["labels"], named))
+    return pods
+
+
+def entity_pods(manifests: list[dict]) -> list[Pod]:
+    """The pods the CloudState operator makes of each StatefulService (docs/cloudstate.md)."""
+    pods = []
+    for o in manifests:
+        if o["kind"] != "StatefulService":
+            continue
+        name = o["metadata"]["name"]
+        labels = {**o["metadata"].get("labels", {}), SERVICE_LABEL: name, "cloudstate.io/statefulServiceUID": "0", "app": name}
+        if o["spec"].get("datastore"):
+            labels["cloudstate.io/statefulStore"] = o["spec"]["datastore"]["name"]
+        ports = {"grpc-proxy": PROXY_PORT, "metrics": 9090, "user-port": 8080}
+        pods.append(Pod(o["metadata"]["namespace"], name, labels, ports))
+    return pods
+
+
+def cluster_of(stacks: dict[str, render.Rendered]) -> Cluster:
+    manifests = [o for rendered in stacks.values() for o in rendered.manifests()]
+    namespaces = {
+        o["metadata"]["name"]: {**o["metadata"].get("labels", {}), network.NAMESPACE_LABEL: o["metadata"]["name"]}
+        for o in manifests
+        if o["kind"] == "Namespace"
+    }
+    for name in ("kube-system", "default", "pulsar"):
+        namespaces.setdefault(name, {network.NAMESPACE_LABEL: name})
+    pods = workload_pods(manifests) + entity_pods(manifests) + [
+        Pod("kube-system", "coredns", {"k8s-app": "kube-dns"}, {"dns": 53}),
+        # prod's external Pulsar (pulsar://pulsar-broker.pulsar.svc.cluster.local:6650)
+        Pod("pulsar", "pulsar-broker", {"app": "pulsar"}, {}),
+        Pod("default", "stranger", {"app": "stranger"}, {}),
+    ]
+    policies = [o for o in manifests if o["kind"] == "NetworkPolicy"]
+    return Cluster(namespaces, pods, policies)
+
+
+@pytest.fixture(scope="module")
+def cluster(rendered_stacks) -> Cluster:
+    return cluster_of(rendered_stacks)
+
+
+def created_namespaces(rendered) -> list[str]:
+    return [o["metadata"]["name"] for o in objects(rendered, "Namespace")]
+
+
+def entities(cluster: Cluster, namespace: str) -> list[Pod]:
+    return [p for p in cluster.pods if p.namespace == namespace and SERVICE_LABEL in p.labels]
+
+
+# --- every namespace: default deny, then DNS -------------------------------------------------
+
+
+def test_every_created_namespace_denies_by_default_and_allows_dns(rendered):
+    policies = objects(rendered, "NetworkPolicy")
+    assert created_namespaces(rendered)
+    for namespace in created_namespaces(rendered):
+        deny = [p for p in policies if p["metadata"]["namespace"] == namespace and p["metadata"]["name"] == "default-deny"]
+        assert [p["spec"] for p in deny] == [{"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}], namespace
+
+
+def test_every_pod_resolves_names_and_reaches_nothing_unlisted(rendered, cluster):
+    dns = cluster.pod("kube-system", "coredns")
+    namespaces = created_namespaces(rendered)
+    pods = [p for p in cluster.pods if p.namespace in namespaces]
+    assert pods
+    for pod in pods:
+        assert cluster.allowed(pod, dns, 53, "UDP") and cluster.allowed(pod, dns, 53, "TCP"), pod.name
+        assert not cluster.allowed(pod, dns, 80), pod.name
+        assert not cluster.allowed(pod, Address(INTERNET), 80), pod.name
+        # From a pod of another namespace, only the user-facing ports are open.
+        for port in {*pod.ports.values(), PROXY_PORT, 5432, 6379, 6650, 50052}:
+            opened = cluster.allowed(cluster.pod("default", "stranger"), pod, port)
+            assert opened == ((pod.name, port) in USER_FACING), (pod.name, port)
+
+
+# --- CloudState ------------------------------------------------------------------------------
+
+
+def project_namespaces(rendered) -> list[str]:
+    return [rendered.outputs["platformNamespace"], *rendered.outputs["projectNamespaces"].values()]
+
+
+def store_port(pod: Pod) -> Optional[int]:
+    return {"postgres": 5432, "cassandra": 9042}.get(pod.labels.get("cloudstate.io/statefulStore", "").rsplit("-", 1)[-1])
+
+
+def test_entity_proxies_form_their_cluster_and_reach_the_api_and_their_store(rendered, cluster):
+    found = 0
+    for namespace in project_namespaces(rendered):
+        for pod in entities(cluster, namespace):
+            found += 1
+            for port in (REMOTING_PORT, MANAGEMENT_PORT):
+                assert cluster.allowed(pod, pod, port), (pod.name, port)
+            for port in network.KUBERNETES_API_PORTS:
+                assert cluster.allowed(pod, Address(API_SERVER), port), pod.name
+            store = pod.labels.get("cloudstate.io/statefulStore")
+            if store:
+                server = cluster.pod(namespace, store)
+                assert cluster.allowed(pod, server, store_port(pod)), pod.name
+            # Clients of the entity: the other entities of its namespace (add-item calls the cart).
+            for client in entities(cluster, namespace):
+                assert cluster.allowed(client, pod, PROXY_PORT), (client.name, pod.name)
+    assert found >= 4
+
+
+def test_an_entity_reaches_no_other_entitys_cluster_ports_nor_the_metrics(rendered, cluster):
+    namespace = rendered.outputs["projectNamespaces"]["shop"]
+    cart, likes = cluster.pod(namespace, "shop-cart"), cluster.pod(namespace, "shop-likes")
+    assert not cluster.allowed(cart, likes, REMOTING_PORT)
+    assert not cluster.allowed(cart, likes, MANAGEMENT_PORT)
+    assert not cluster.allowed(cart, likes, 9090)
+    assert not cluster.allowed(cart, likes, 8080)  # the user container only answers its own proxy
+
+
+def test_entities_do_not_cross_environments_or_reach_armada(rendered_stacks, cluster):
+    test, prod = (rendered_stacks[s].outputs for s in ("test", "prod"))
+    shop_test, shop_prod = test["projectNamespaces"]["shop"], prod["projectNamespaces"]["shop"]
+    test_cart, prod_cart = cluster.pod(shop_test, "shop-cart"), cluster.pod(shop_prod, "shop-cart")
+    assert cluster.allowed(test_cart, cluster.pod(shop_test, "shop-postgres"), 5432)
+    assert not cluster.allowed(test_cart, cluster.pod(shop_prod, "shop-postgres"), 5432)
+    assert not cluster.allowed(prod_cart, cluster.pod(shop_test, "shop-postgres"), 5432)
+    assert not cluster.allowed(test_cart, prod_cart, PROXY_PORT)
+    assert not cluster.allowed(test_cart, cluster.pod(test["armadaNamespace"], "armada-postgres"), 5432)
+    assert not cluster.allowed(test_cart, cluster.pod(test["armadaNamespace"], "armada-server"), 50051)
+    project_state = cluster.pod(test["platformNamespace"], "project-state")
+    assert not cluster.allowed(test_cart, project_state, PROXY_PORT)
+    assert not cluster.allowed(project_state, cluster.pod(shop_test, "shop-postgres"), 5432)
+
+
+def test_store_setup_jobs_reach_their_database(rendered, cluster):
+    jobs = [p for p in cluster.pods if p.labels.get("app.kubernetes.io/component") == "database-setup"
+            and p.namespace in created_namespaces(rendered)]
+    assert jobs
+    for job in jobs:
+        server_name = job.name.rsplit("-", 1)[0]  # <server>-databases / <server>-auth
+        server = cluster.pod(job.namespace, server_name)
+        port = 9042 if "cassandra" in server_name else 5432
+        assert cluster.allowed(job, server, port), job.name
+        assert not cluster.allowed(job, Address(API_SERVER), 443), job.name
+
+
+def test_the_operator_reaches_only_the_api_server(rendered_stacks, cluster):
+    outputs = rendered_stacks["test"].outputs  # the stack that owns the cluster resources
+    operator = cluster.pod(outputs["platformNamespace"], "cloudstate-operator")
+    cart = cluster.pod(outputs["projectNamespaces"]["shop"], "shop-cart")
+    assert cluster.allowed(operator, Address(API_SERVER), 6443)
+    assert cluster.allowed(operator, Address(API_SERVER), 443)
+    assert not cluster.allowed(operator, cart, PROXY_PORT)
+    assert not cluster.allowed(cart, operator, 8080)
+
+
+# --- registry ----------------------------------------------------------------------------------
+
+
+def test_registry_admits_the_nodes_and_calls_nothing(rendered_stacks, cluster):
+    registry = cluster.pod(rendered_stacks["test"].outputs["platformNamespace"], "registry")
+    config = render.validate_config("test").platform.registry
+    node = str(next(config.node_cidrs[0].hosts()))
+    assert cluster.allowed(Address(node), registry, 5000)
+    assert not cluster.allowed(Address(USER), registry, 5000)
+    assert not cluster.allowed(registry, Address(API_SERVER), 443)
+    # No pod pulls (the kubelet does) and pushes come through a port-forward, which enters the
+    # pod's network namespace directly and so is not subject to NetworkPolicy.
+    for pod in cluster.pods:
+        if pod is not registry:
+            assert not cluster.allowed(pod, registry, 5000), pod.name
+
+
+# --- Armada ------------------------------------------------------------------------------------
+
+ARMADA_FLOWS = {
+    # client -> [(server, port)]; "postgres"/"redis"/"pulsar"/"pulsar-admin"/"api" are resolved per stack
+    "armada-server": ["postgres", "redis", "pulsar", ("armada-scheduler", 50052)],
+    "armada-scheduler": ["postgres", "pulsar", ("armada-server", 50051)],
+    "armada-scheduler-ingester": ["postgres", "pulsar", "pulsar-admin"],
+    "armada-lookout-ingester": ["postgres", "pulsar", "pulsar-admin"],
+    "armada-event-ingester": ["redis", "pulsar", "pulsar-admin"],
+    "armada-lookout": ["postgres"],
+    "armada-lookout-migration": ["postgres"],
+    "armada-lookout-pruner": ["postgres"],
+    "armada-scheduler-migration": ["postgres"],
+    "armada-scheduler-pruner": ["postgres"],
+    "armada-postgres-databases": ["postgres"],
+}
+
+
+def armada_target(cluster: Cluster, namespace: str, wanted) -> tuple[object, int]:
+    names = {n for n in (p.name for p in cluster.pods if p.namespace == namespace)}
+    if wanted == "postgres":
+        return cluster.pod(namespace, "armada-postgres"), 5432
+    if wanted == "redis":
+        return cluster.pod(namespace, "armada-redis"), 6379
+    if wanted in ("pulsar", "pulsar-admin"):
+        broker = cluster.pod(namespace, "armada-pulsar") if "armada-pulsar" in names else cluster.pod("pulsar", "pulsar-broker")
+        return broker, 6650 if wanted == "pulsar" else 8080
+    return cluster.pod(namespace, wanted[0]), wanted[1]
+
+
+def test_armada_services_reach_their_dependencies_and_each_other(rendered, cluster):
+    namespace = rendered.outputs["armadaNamespace"]
+    for client_name, wanted in ARMADA_FLOWS.items():
+        client = cluster.pod(namespace, client_name)
+        for target in wanted:
+            server, port = armada_target(cluster, namespace, target)
+            assert cluster.allowed(client, server, port), (client_name, server.name, port)
+    executors = [p for p in cluster.pods if p.namespace == namespace and p.name.startswith("armada-executor-")]
+    assert executors
+    for executor in executors:
+        assert cluster.allowed(executor, cluster.pod(namespace, "armada-scheduler"), 50052)
+        assert cluster.allowed(executor, Address(API_SERVER), 6443)
+
+
+def test_armada_flows_nothing_needs_are_denied(rendered, cluster):
+    namespace = rendered.outputs["armadaNamespace"]
+    pod = lambda name: cluster.pod(namespace, name)  # noqa: E731
+    pulsar, _ = armada_target(cluster, namespace, "pulsar")
+    assert not cluster.allowed(pod("armada-lookout"), pod("armada-redis"), 6379)
+    assert not cluster.allowed(pod("armada-lookout"), pulsar, 6650)
+    assert not cluster.allowed(pod("armada-scheduler-migration"), pulsar, 6650)
+    assert not cluster.allowed(pod("armada-lookout-ingester"), pod("armada-scheduler"), 50052)
+    assert not cluster.allowed(pod("armada-server"), Address(API_SERVER), 443)
+    assert not cluster.allowed(pod("armada-server"), pod("armada-server"), 9000)
+    stranger = cluster.pod("default", "stranger")
+    for target, port in [("armada-scheduler", 50052), ("armada-postgres", 5432), ("armada-redis", 6379), ("armada-server", 9000)]:
+        assert not cluster.allowed(stranger, pod(target), port), target
+    for project in project_namespaces(rendered):
+        for entity in entities(cluster, project):
+            assert not cluster.allowed(entity, pod("armada-postgres"), 5432)
+
+
+def test_users_reach_the_armada_api_and_lookout(rendered, cluster):
+    namespace = rendered.outputs["armadaNamespace"]
+    for name, port in [("armada-server", 50051), ("armada-server", 8080), ("armada-lookout", 10000)]:
+        assert cluster.allowed(Address(USER), cluster.pod(namespace, name), port), (name, port)
+        # and so do an Ingress controller's pods, wherever they run
+        assert cluster.allowed(cluster.pod("default", "stranger"), cluster.pod(namespace, name), port), (name, port)
+
+
+def test_job_namespaces_are_closed_until_users_open_them(rendered, cluster):
+    config = render.validate_config(rendered.stack).platform.armada
+    job = Pod(config.job_namespaces[0], "job", {"armada_job_id": "1"})
+    cluster = Cluster(cluster.namespaces, [*cluster.pods, job], cluster.policies)
+    dns = cluster.pod("kube-system", "coredns")
+    assert cluster.allowed(job, dns, 53, "UDP")
+    assert not cluster.allowed(job, Address(API_SERVER), 443)
+    assert not cluster.allowed(job, cluster.pod(config.namespace, "armada-server"), 50051)
+    assert not cluster.allowed(cluster.pod(config.namespace, "armada-executor-" + config.executors[0].name), job, 8080)
+
+
+# --- the builders ------------------------------------------------------------------------------
+
+
+def test_hosts_in_the_cluster_become_their_namespace_and_others_any_address():
+    assert network.url_endpoint("pulsar://pulsar-broker.pulsar.svc.cluster.local:6650", 1) == network.Endpoint(
+        ports=(6650,), peers=({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "pulsar"}}},)
+    )
+    assert network.url_endpoint("http://admin.pulsar.svc", 8080).ports == (8080,)
+    assert network.host_endpoint("db.example.com", 5432) == network.Endpoint(ports=(5432,))
+    assert network.host_endpoint("a.x.svc,b.y.svc", 9042).peers == (network.namespace_peer("x"), network.namespace_peer("y"))
+    assert network.host_endpoint("a.x.svc,10.0.0.5", 9042).peers is None
+    with pytest.raises(ValueError, match="not a URL"):
+        network.url_endpoint("pulsar-broker:6650", 6650)
+
+
+def test_policy_directions_are_enforced_only_when_given():
+    only_egress = network.spec({}, egress_rules=[])
+    assert only_egress == {"podSelector": {}, "policyTypes": ["Egress"], "egress": []}
+    both = network.spec({"matchLabels": {"a": "b"}}, ingress_rules=[network.ingress(None, [80])], egress_rules=[])
+    assert both["policyTypes"] == ["Ingress", "Egress"] and both["ingress"] == [{"ports": [{"port": 80, "protocol": "TCP"}]}]
+    dns = network.allow_dns("ns")["spec"]["egress"][0]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+
+
+def test_the_simulator_denies_what_no_rule_allows():
+    """The model itself: a selected pod is closed, an unselected one open, rules add up."""
+    a = Pod("n", "a", {"app": "a"}, {"http": 8080})
+    b = Pod("n", "b", {"app": "b"}, {"http": 8080})
+    deny = {"metadata": {"namespace": "n"}, **network.default_deny("n")}
+    allow = {"metadata": {"namespace": "n"}, "spec": network.spec(
+        {"matchLabels": {"app": "b"}}, ingress_rules=[{"from": [network.pods({"app": "a"})], "ports": [{"port": "http"}]}])}
+    open_cluster = Cluster({"n": {}}, [a, b], [])
+    assert open_cluster.allowed(a, b, 8080)
+    closed = Cluster({"n": {}}, [a, b], [deny, allow])
+    assert not closed.allowed(a, b, 8080)  # a's egress is denied
+    egress = {"metadata": {"namespace": "n"}, "spec": network.spec({"matchLabels": {"app": "a"}}, egress_rules=[network.egress(None, [8080])])}
+    opened = Cluster({"n": {}}, [a, b], [deny, allow, egress])
+    assert opened.allowed(a, b, 8080) and not opened.allowed(b, a, 8080) and not opened.allowed(a, b, 8081)
+
+
+def test_cassandra_and_external_stores_on_variants():
+    """A managed Cassandra (nodes gossip, the auth Job logs in, entities journal) and external
+    servers (any address, on their own port only)."""
+    from tests.cloudstate_variants import variant
+
+    non_owner = variant("non-owner")  # shop on a managed Cassandra, project-state on external PostgreSQL
+    cluster = cluster_of({"test": non_owner})
+    shop, platform = non_owner.outputs["projectNamespaces"]["shop"], non_owner.outputs["platformNamespace"]
+    node = cluster.pod(shop, "shop-cassandra")
+    assert cluster.allowed(node, node, node.ports["intra-node"])
+    assert cluster.allowed(cluster.pod(shop, "shop-cassandra-auth"), node, 9042)
+    assert cluster.allowed(cluster.pod(shop, "shop-cart"), node, 9042)
+    assert not cluster.allowed(cluster.pod(shop, "shop-cart"), node, 7000)
+    assert not cluster.allowed(cluster.pod("default", "stranger"), node, 9042)
+    external_postgres = Address("10.20.30.40")
+    for client in (cluster.pod(platform, "project-state"), cluster.pod(platform, "project-state-postgres-databases")):
+        assert cluster.allowed(client, external_postgres, 6432), client.name
+        assert not cluster.allowed(client, external_postgres, 5432), client.name
+
+    external = variant("owner-external-cassandra")
+    cluster = cluster_of({"prod": external})
+    cart = cluster.pod(external.outputs["projectNamespaces"]["shop"], "shop-cart")
+    assert cluster.allowed(cart, Address("10.20.30.41"), 9042)
+    assert not cluster.allowed(cart, Address("10.20.30.41"), 7000)
+
+
+def test_armada_egress_follows_each_services_config_without_endpoints():
+    """The services' egress is read from their config keys; with the test endpoints (which name
+    no network endpoints) each dependency is any address on its port, and binoculars only calls
+    the API server."""
+    from components.armada.workload import service_network_policy
+    from tests.test_armada_config import args, specs
+
+    egress = {
+        name: sorted(p["port"] for rule in service_network_policy(spec, args().endpoints)["spec"]["egress"] for p in rule["ports"])
+        for name, spec in specs().items()
+    }
+    assert egress["binoculars"] == [443, 6443]
+    assert egress["server"] == [5432, 6379, 6650, 50052]
+    assert egress["lookout"] == [5432]
+    assert egress["eventingester"] == [6379, 6650, 8080]
+    binoculars = service_network_policy(specs()["binoculars"], args().endpoints)["spec"]["ingress"]
+    assert binoculars == [{"ports": [{"port": 50051, "protocol": "TCP"}]}, {"ports": [{"port": 8080, "protocol": "TCP"}]}]
