@@ -94,8 +94,6 @@ class PulsarSettings(ConfigModel):
         return self
 
 
-
-
 @dataclass(frozen=True)
 class PulsarArgs:
     """What the Pulsar component needs: its settings and where to run."""

@@ -1,12 +1,14 @@
 """Two entry points in one file, as Pulumi.yaml's `main: infra/` and `python -m infra` both need:
 
 - run by the Pulumi engine (a resource monitor is configured): the Pulumi program;
-- run from a shell: the command line (`python -m infra render|promote|rollback ...`).
+- run from a shell: the command line (`python -m infra render|promote|rollback|...`).
 """
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so `components` and `infra` import
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # so `components` and `infra` import, however the program is started
 
 import pulumi.runtime.settings  # noqa: E402
 
