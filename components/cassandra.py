@@ -80,9 +80,10 @@ class CassandraArgs:
 
 # Copies the image's configuration into a writable emptyDir (the entrypoint edits cassandra.yaml
 # in place, and the root filesystem is read-only) and switches on password authentication, which
-# the image's environment variables cannot do.
+# the image's environment variables cannot do. A plain recursive copy: `cp -a` would also try to
+# set the emptyDir's own times and mode, which only its owner (root) may, and fail the pod.
 CONFIG_SCRIPT = (
-    f"cp -a {CONFIG_DIR}/. /config/ && "
+    f"cp -R {CONFIG_DIR}/. /config/ && "
     "sed -i -e 's/^authenticator:.*/authenticator: PasswordAuthenticator/' "
     "-e 's/^authorizer:.*/authorizer: CassandraAuthorizer/' /config/cassandra.yaml && "
     "grep -q '^authenticator: PasswordAuthenticator' /config/cassandra.yaml"

@@ -209,9 +209,11 @@ def create_databases_job_spec(name: str, secret: str, host: str, port: int, imag
                         "image": image,
                         "command": ["sh", "-c"],
                         # Waits for the server (a new managed server takes a while), then runs the script.
+                        # psql connects to the maintenance database `postgres`: PGDATABASE may be one the
+                        # script is about to create (external servers), and connecting to it would fail.
                         "args": [
                             f"until pg_isready -h {host} -p {port}; do sleep 2; done\n"
-                            f"psql -v ON_ERROR_STOP=1 -h {host} -p {port} <<'SQL'\n{script}SQL\n"
+                            f"psql -v ON_ERROR_STOP=1 -h {host} -p {port} -d postgres <<'SQL'\n{script}SQL\n"
                         ],
                         "env": credential_env(secret),
                         "resources": kb.Resources(

@@ -30,6 +30,7 @@ GID = 10001
 BROKER_PORT = 6650
 ADMIN_PORT = 8080
 HOME = "/pulsar"
+BROKER_READY_PATH = "/admin/v2/brokers/ready"
 
 # The only paths the standalone broker writes once functions worker and stream storage are off:
 # conf/ (apply-config-from-env.py rewrites standalone.conf), data/ (bookie ledgers, RocksDB
@@ -139,9 +140,12 @@ def statefulset_spec(name: str, settings: PulsarSettings, image_ref: str, advert
         "env": broker_env(settings),
         "resources": settings.resources.spec(),
         "securityContext": security,
+        # GET /admin/v2/brokers/ready: 200 once the broker has started, 500 before (upstream
+        # BrokersBase.isReady). Not /status.html: it answers 404 unless statusFilePath names an
+        # existing file, and standalone.conf's default does not.
         # First start initialises bookie and metadata: allow it 5 minutes before liveness counts.
-        "startupProbe": kube.http_probe("/status.gif", "http", initial_delay=10, period=10, failures=30),
-        "livenessProbe": kube.http_probe("/status.gif", "http", initial_delay=0, period=20, failures=3),
+        "startupProbe": kube.http_probe(BROKER_READY_PATH, "http", initial_delay=10, period=10, failures=30),
+        "livenessProbe": kube.http_probe(BROKER_READY_PATH, "http", initial_delay=0, period=20, failures=3),
         # Ready only when the broker can actually produce and consume (its heartbeat topic).
         "readinessProbe": kube.http_probe("/admin/v2/brokers/health", "http", initial_delay=0, period=15, failures=3),
         "volumeMounts": [{"name": "data", "mountPath": f"{HOME}/data"}, *mounts],

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from components import k8s as kube
 from components import network
 from components.model import ConfigModel, check_mode_keys
+from components.pulsar import mebibytes
 from components.component import Component
 from infra.versions import image
 
@@ -29,6 +30,8 @@ CONFIG_DIR = "/etc/redis"
 CONFIG_KEY = "redis.conf"
 PASSWORD_KEY = "password"
 SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+MAX_MEMORY_FRACTION = 0.7
+"""Share of the container's memory limit Redis may fill with data (`maxmemory`)."""
 
 
 class RedisSettings(ConfigModel):
@@ -74,13 +77,22 @@ class RedisArgs:
     image_mirror: Optional[str] = None
 
 
-def redis_conf(port: int, password: str, append_only: bool) -> str:
+def max_memory_bytes(memory_limit: str) -> int:
+    """Redis's `maxmemory` for a container memory limit: room is left for the copy-on-write pages
+    of the forked AOF rewrite / snapshot and for allocator overhead."""
+    return int(mebibytes(memory_limit) * MAX_MEMORY_FRACTION) * 2**20
+
+
+def redis_conf(port: int, password: str, append_only: bool, memory_limit: str) -> str:
     """The server config file. It holds the password, so it lives in a Secret, never in args."""
     lines = [
         f"port {port}",
         f"dir {DATA_DIR}",
         f"appendonly {'yes' if append_only else 'no'}",
         # Armada's event streams must not be evicted; a full Redis fails writes loudly instead.
+        # Without maxmemory it never is "full": it grows until the kernel OOM-kills it, and replaying
+        # the AOF on restart brings it back to the same size (a crash loop).
+        f"maxmemory {max_memory_bytes(memory_limit)}",
         "maxmemory-policy noeviction",
         f"requirepass {password}",
     ]
@@ -177,7 +189,9 @@ class Redis(Component):
             type="Opaque",
             string_data={
                 PASSWORD_KEY: password.result,
-                CONFIG_KEY: password.result.apply(lambda p: redis_conf(settings.port, p, settings.append_only)),
+                CONFIG_KEY: password.result.apply(
+                    lambda p: redis_conf(settings.port, p, settings.append_only, settings.resources.memory_limit)
+                ),
             },
             opts=child,
         )

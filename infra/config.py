@@ -242,6 +242,18 @@ class StackConfig(ConfigModel):
                         f"projects[{index}].entities[{position}].name",
                         entity.name,
                     )
+                # The store's objects share the namespace (and the entity's pods would carry the
+                # store's selector labels): `<project>-<store>` and its suffixed Services/policies.
+                store = f"{project.name}-{project.store}"
+                taken = {store, *(f"{store}-{suffix}" for suffix in ("headless", "gossip", "auth", "databases")),
+                         "default-deny", "allow-dns"}
+                if service in taken:
+                    raise problem(
+                        f"'{service}' (the entity's Service and NetworkPolicy name) is already used by the "
+                        f"project's {project.store} store or its namespace; rename the entity",
+                        f"projects[{index}].entities[{position}].name",
+                        entity.name,
+                    )
         return self
 
     @model_validator(mode="after")

@@ -243,6 +243,16 @@ def test_lookout_points_the_browser_at_public_urls():
     assert specs()["server"].config["corsAllowedOrigins"] == ["https://lookout.example.com"]
 
 
+def test_lookout_without_public_urls_points_the_browser_at_a_port_forward():
+    # A browser cannot resolve `*.svc.cluster.local`: the default must be what a port-forward serves.
+    plain = args(ArmadaConfig())
+    ui = lookout_spec(plain).config["uiConfig"]
+    assert ui["armadaApiBaseUrl"] == "http://localhost:8080"
+    server = server_spec(plain).config
+    assert "corsAllowedOrigins" not in server  # the default file's localhost origins stay
+    assert "http://localhost:10000" in default("server")["corsAllowedOrigins"]
+
+
 def test_extra_is_deep_merged_over_the_generated_config():
     config = ArmadaConfig.model_validate(
         {"scheduler": {"extra": {"scheduling": {"maxRetries": 7, "pools": [{"name": "default"}, {"name": "x"}]},
@@ -301,7 +311,10 @@ def notes_table(title: str) -> list[dict]:
 
 def test_cluster_roles_are_exactly_upstreams():
     assert EXECUTOR_RULES == notes_table("**Executor ClusterRole**")
-    assert BINOCULARS_RULES == notes_table("**Binoculars ClusterRole**")
+    # Plus pod logs: binoculars serves them with its own token (no impersonation by default).
+    assert BINOCULARS_RULES == notes_table("**Binoculars ClusterRole**") + [
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
+    ]
 
 
 def test_armadactl_config_has_the_reference_shape():

@@ -257,6 +257,19 @@ def test_migration_jobs_run_the_right_commands(rendered):
     assert lookout["image"] == IMAGES["armada-lookout"] and lookout["args"] == ["--migrateDatabase", "--config", CONFIG_PATH]
     databases = pod_spec(find(rendered, "Job", "armada-postgres-databases", namespace))["containers"][0]
     assert "CREATE DATABASE scheduler" in databases["args"][0] and "CREATE DATABASE lookout" in databases["args"][0]
+    # Not PGDATABASE (the Secret's `lookout`): on an external server it is one the Job creates.
+    [psql] = [line for line in databases["args"][0].splitlines() if line.startswith("psql ")]
+    assert " -d postgres " in psql
+
+
+def test_external_database_job_does_not_connect_to_a_database_it_creates():
+    from components.postgres import create_databases_job_spec
+
+    spec = create_databases_job_spec("armada-postgres", "creds", "db.example.com", 5432, "postgres:16", ["lookout", "scheduler"])
+    container = spec["template"]["spec"]["containers"][0]
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"]}["PGDATABASE"] == "database"
+    [psql] = [line for line in container["args"][0].splitlines() if line.startswith("psql ")]
+    assert psql.split(" -d ")[1].split()[0] == "postgres"
 
 
 def test_pruning_cron_jobs_follow_the_config(rendered_stacks):

@@ -166,3 +166,16 @@ def test_a_project_namespace_may_not_be_the_platform_namespace():
     [problem] = load_problems(platform=lambda p: {**p, "namespace": "shop-test"})
     assert problem == ("cloudstation:projects[0].name: 'shop' — its namespace 'shop-test' is the platform "
                        "namespace (platform.namespace); rename the project or the platform namespace")
+
+
+@pytest.mark.parametrize("store, entity", [("postgres", "postgres"), ("postgres", "postgres-headless"),
+                                           ("cassandra", "cassandra"), ("cassandra", "cassandra-auth")])
+def test_an_entity_may_not_take_the_name_of_its_stores_objects(store, entity):
+    """`shop-postgres` would be both the entity's and the database's Service and NetworkPolicy
+    (creating the second fails on the cluster), and the entity's pods would carry the database's
+    selector labels."""
+    [problem] = load_problems(projects=lambda projects: [
+        {**projects[0], "store": store, "entities": [*projects[0]["entities"], {**projects[0]["entities"][0], "name": entity}]}])
+    assert problem == (f"cloudstation:projects[0].entities[3].name: '{entity}' — 'shop-{entity}' (the entity's "
+                       f"Service and NetworkPolicy name) is already used by the project's {store} store or its "
+                       "namespace; rename the entity")

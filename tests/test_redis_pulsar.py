@@ -87,11 +87,21 @@ def test_managed_redis_is_a_hardened_statefulset_with_its_password_only_in_a_sec
 
 
 def test_redis_config_file_carries_the_password_and_keeps_events():
-    conf = redis_module.redis_conf(6380, "s3cret", append_only=True)
+    conf = redis_module.redis_conf(6380, "s3cret", append_only=True, memory_limit="512Mi")
     assert "requirepass s3cret\n" in conf
     assert "port 6380\n" in conf and "dir /data\n" in conf and "appendonly yes\n" in conf
     assert "maxmemory-policy noeviction\n" in conf
-    assert "appendonly no\n" in redis_module.redis_conf(6379, "x", append_only=False)
+    assert "appendonly no\n" in redis_module.redis_conf(6379, "x", append_only=False, memory_limit="512Mi")
+
+
+def test_redis_refuses_writes_before_the_container_is_oom_killed():
+    # noeviction only takes effect under a maxmemory; it must leave room below the limit for the
+    # forked AOF rewrite, or the kernel kills Redis first (and the AOF replay repeats it).
+    for limit, limit_bytes in (("512Mi", 512 * 2**20), ("2Gi", 2 * 2**30), ("1G", 10**9)):
+        conf = redis_module.redis_conf(6379, "x", append_only=True, memory_limit=limit)
+        [line] = [line for line in conf.splitlines() if line.startswith("maxmemory ")]
+        max_memory = int(line.split()[1])
+        assert 0.5 * limit_bytes <= max_memory <= 0.8 * limit_bytes, (limit, max_memory)
 
 
 def test_redis_spec_never_puts_the_password_in_args_or_literal_env():
@@ -163,7 +173,10 @@ def test_managed_pulsar_is_one_standalone_broker_with_auto_created_topics(mocked
     assert env["PULSAR_PREFIX_allowAutoTopicCreationType"] == "non-partitioned"
     assert env["PULSAR_MEM"] == "-Xms512m -Xmx512m -XX:MaxDirectMemorySize=512m"
     assert broker["readinessProbe"]["httpGet"] == {"path": "/admin/v2/brokers/health", "port": "http"}
-    assert broker["livenessProbe"]["httpGet"]["path"] == "/status.gif"
+    # Pulsar serves no /status.gif, and /status.html is 404 without a statusFilePath file: probes
+    # there would restart the broker forever. /admin/v2/brokers/ready answers once it started.
+    for probe in ("startupProbe", "livenessProbe"):
+        assert broker[probe]["httpGet"] == {"path": "/admin/v2/brokers/ready", "port": "http"}
     assert broker["startupProbe"]["failureThreshold"] * broker["startupProbe"]["periodSeconds"] >= 300
     assert broker["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"]: m["name"] for m in broker["volumeMounts"]}

@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -274,3 +279,42 @@ def test_database_services_select_only_the_servers_pods_not_the_setup_jobs():
             selected = [o["kind"] for o, labels in templates if o["metadata"]["namespace"] == service["metadata"]["namespace"]
                         and selector.items() <= labels.items()]
             assert "Job" not in selected, service["metadata"]["name"]
+
+
+
+def _run_config_script(base: Path, as_image_user: bool) -> tuple[subprocess.CompletedProcess, Path]:
+    """The init container's script on a fake image config: the sources owned by the image's user,
+    the destination like an emptyDir with fsGroup (owned by root, group-setgid, mode 2777)."""
+    source, destination = base / "etc-cassandra", base / "config"
+    (source / "triggers").mkdir(parents=True)
+    destination.mkdir()
+    (source / "cassandra.yaml").write_text("authenticator: AllowAllAuthenticator\nauthorizer: AllowAllAuthorizer\n")
+    script = cassandra_module.CONFIG_SCRIPT.replace(cassandra_module.CONFIG_DIR, str(source)).replace(
+        "/config/", f"{destination}/"
+    )
+    command = ["sh", "-c", script]
+    if as_image_user:
+        uid = cassandra_module.UID
+        for path in (base, source, source / "triggers", source / "cassandra.yaml"):
+            os.chown(path, uid, uid)
+        os.chown(destination, 0, uid)
+        destination.chmod(0o2777)
+        command = [shutil.which("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True), destination
+
+
+def test_cassandra_config_script_copies_into_a_root_owned_empty_dir():
+    """`cp -a` fails there ("preserving times for '/config/.'": only the owner, root, may set
+    them), which crash-looped every Cassandra pod; a plain copy works. The script runs as the
+    image's user when this machine allows it (root with setpriv), else as the current user."""
+    copy = cassandra_module.CONFIG_SCRIPT.split("&&")[0].split()
+    assert copy[0] == "cp" and not {"-a", "-p", "--archive"} & set(copy), copy
+    assert not [option for option in copy if option.startswith("--preserve")], copy
+    as_image_user = os.geteuid() == 0 and shutil.which("setpriv") is not None
+    # Not pytest's tmp_path: its parents are private to their owner, and the image's user needs a way in.
+    with tempfile.TemporaryDirectory() as base:
+        result, destination = _run_config_script(Path(base), as_image_user)
+        assert result.returncode == 0, result.stderr
+        text = (destination / "cassandra.yaml").read_text()
+        assert "authenticator: PasswordAuthenticator" in text and "authorizer: CassandraAuthorizer" in text
+        assert (destination / "triggers").is_dir()

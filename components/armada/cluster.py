@@ -1,5 +1,6 @@
 """Cluster-scoped prerequisites of Armada: its PriorityClasses and the executor's and
-binoculars' ClusterRoles, exactly as upstream defines them (armada/NOTES.md §6, §7).
+binoculars' ClusterRoles as upstream defines them (armada/NOTES.md §6, §7), plus binoculars'
+reading of pod logs (BINOCULARS_LOG_RULE).
 
 Only the stack that owns cluster resources creates them; ClusterRoleBindings (per stack, named
 after the stack's Armada namespace) live with the executor and binoculars components."""
@@ -36,11 +37,17 @@ EXECUTOR_RULES = [
 ]
 """The executor's ClusterRole (Helm and operator agree; NOTES §7)."""
 
+BINOCULARS_LOG_RULE = {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
+"""Not in upstream's role: binoculars reads job logs with its own token unless it impersonates
+users (`impersonateUsers`, off by default; v0.22.7 internal/binoculars/service/logs.go), so
+without it Lookout's log view gets 403 (upstream leaves it to additionalClusterRoleBindings)."""
+
 BINOCULARS_RULES = [
     {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+    BINOCULARS_LOG_RULE,
 ]
-"""Binoculars' ClusterRole (NOTES §7)."""
+"""Binoculars' ClusterRole (NOTES §7) plus reading pod logs."""
 
 
 def cluster_labels(component: str) -> dict[str, str]:

@@ -37,6 +37,10 @@ LOOKOUT_INGESTER_PORTS = {"metrics": 9002}
 EVENT_INGESTER_PORTS = {"metrics": 9001}
 BINOCULARS_PORTS = {"grpc": 50051, "http": 8080, "metrics": 9000}
 
+LOCAL_SERVER_REST_URL = f"http://localhost:{SERVER_PORTS['http']}"
+"""The server's REST API as `kubectl port-forward svc/armada-server 8080:8080` serves it to a
+browser; the server's default CORS origins admit Lookout port-forwarded to localhost:10000."""
+
 # Kubernetes names of the services (Deployments, Services, ServiceAccounts, ConfigMaps).
 SERVER = "armada-server"
 SCHEDULER = "armada-scheduler"
@@ -244,8 +248,9 @@ def executor_config(config: ArmadaConfig, executor: ExecutorSettings, endpoints:
 def lookout_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
     lookout = config.lookout
     ui: dict = {
-        # The browser calls the server's REST API directly.
-        "armadaApiBaseUrl": config.server.public_rest_url or endpoints.http_url(SERVER, SERVER_PORTS["http"]),
+        # The browser calls the server's REST API directly (e.g. the queue list), so an in-cluster
+        # name would never resolve; unset means the port-forward the docs use.
+        "armadaApiBaseUrl": config.server.public_rest_url or LOCAL_SERVER_REST_URL,
         "customTitle": lookout.title,
     }
     if config.binoculars.enabled:

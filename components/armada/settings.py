@@ -54,7 +54,7 @@ class ServerSettings(ServiceSettings):
 
     public_rest_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
     """The server's REST URL as users' browsers reach it (Lookout calls it from the browser);
-    unset means the in-cluster address, which suits port-forwarding only."""
+    unset means `http://localhost:8080`, a port-forward of the server's Service."""
     public_grpc_address: Optional[str] = Field(default=None, pattern=r"^[^\s/:]+:[0-9]{1,5}$")
     """`host:port` of the gRPC API as users reach it, for the armadactl config output."""
 
