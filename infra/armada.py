@@ -100,14 +100,14 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     LookoutIngester("armada-lookout-ingester", service_args("armada-lookout-ingester", [lookout.migration, pulsar]), opts)
     EventIngester("armada-event-ingester", service_args("armada-event-ingester", [redis, pulsar]), opts)
 
-    prerequisites: list[pulumi.Resource] = []
-    if config.platform.owns_cluster_resources:
-        cluster = ClusterPrerequisites(
-            "armada-cluster",
-            ClusterPrerequisitesArgs(priority_classes=armada.priority_classes, binoculars=armada.binoculars.enabled),
-            stack.opts,
-        )
-        prerequisites = cluster.resources
+    # Config validation admits Armada only in the stack that owns the cluster's resources (one
+    # Armada per cluster), so the cluster-scoped prerequisites are always this stack's.
+    cluster = ClusterPrerequisites(
+        "armada-cluster",
+        ClusterPrerequisitesArgs(priority_classes=armada.priority_classes, binoculars=armada.binoculars.enabled),
+        stack.opts,
+    )
+    prerequisites: list[pulumi.Resource] = cluster.resources
     for executor in armada.executors:
         after = service_args("armada-executor", [scheduler.deployment, *prerequisites, *job_namespaces])
         Executor(f"armada-executor-{executor.name}", ExecutorArgs(**vars(after), executor=executor), opts)

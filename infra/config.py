@@ -171,8 +171,9 @@ class PlatformConfig(ConfigModel):
     """Registry path that mirrors the pinned third-party images (e.g. `mirror.example:5000/hub`)."""
     owns_cluster_resources: bool = True
     """Whether this stack owns the cluster-scoped objects (CRDs, ClusterRoles, PriorityClasses,
-    the CloudState operator). When test and prod share one cluster, exactly one stack sets true;
-    the other sets false and reuses them."""
+    the CloudState operator) and runs the cluster's one Armada. When test and prod share one
+    cluster, exactly one stack sets true; the other sets false, reuses them and sets
+    `armada.enabled: false`."""
     project_state: ProjectStateConfig = Field(default={}, validate_default=True)
     """CloudStation's own event-sourced Project entity, built and promoted like any entity."""
     armada: ArmadaConfig = ArmadaConfig()
@@ -197,6 +198,20 @@ class PlatformConfig(ConfigModel):
                 "platform.cloudstate.extraWatchedNamespaces instead",
                 ".cloudstate.extraWatchedNamespaces",
                 self.cloudstate.extra_watched_namespaces,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _armada_only_when_owner(self) -> "PlatformConfig":
+        # An Armada executor tracks every Armada job pod of the cluster, in all namespaces, and
+        # deletes those its scheduler does not know (docs/armada.md, "One Armada per cluster").
+        if self.armada.enabled and not self.owns_cluster_resources:
+            raise problem(
+                "one Armada per cluster: its executors delete the pods of any other Armada's jobs in the "
+                "cluster; the stack that owns the cluster's resources runs it — set armada.enabled: false "
+                "here, or give this stack its own cluster (ownsClusterResources: true)",
+                ".armada.enabled",
+                True,
             )
         return self
 

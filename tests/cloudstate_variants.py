@@ -45,6 +45,7 @@ def variant(name: str) -> render.Rendered:
             platform=_platform(
                 ownsClusterResources=False,
                 cloudstate={},
+                armada={"enabled": False},  # one Armada per cluster: the owner's (docs/armada.md)
                 stores={"postgres": {"mode": "external", "host": "pg.example.internal", "port": 6432,
                                      "credentialsSecret": {"namespace": "ops", "name": "pg-login"}}},
             ),

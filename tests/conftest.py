@@ -17,6 +17,7 @@ from infra import render as render_module  # noqa: E402
 from infra.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
 from infra.config import PROJECT  # noqa: E402
 from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
+from tests import armada_variants  # noqa: E402
 
 STACKS = ["test", "prod"]
 
@@ -31,6 +32,15 @@ def rendered_stacks() -> dict[str, render_module.Rendered]:
 def rendered(request, rendered_stacks) -> render_module.Rendered:
     """Parametrises a test over both stack files."""
     return rendered_stacks[request.param]
+
+
+@pytest.fixture(params=armada_variants.ARMADA_STACKS)
+def armada_rendered(request, rendered_stacks) -> render_module.Rendered:
+    """Parametrises a test over the stacks that run an Armada (one per cluster, docs/armada.md):
+    the test stack file, and prod on a cluster of its own (tests/armada_variants.py)."""
+    if request.param in rendered_stacks:
+        return rendered_stacks[request.param]
+    return armada_variants.variant(request.param)
 
 
 @pytest.fixture

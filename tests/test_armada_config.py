@@ -374,3 +374,25 @@ def test_bad_armada_settings_are_config_errors_naming_the_key(armada, where):
 def test_settings_reject_unknown_keys_directly():
     with pytest.raises(ValidationError):
         ArmadaConfig.model_validate({"lookout": {"publicURL": "x"}})
+
+
+def test_a_stack_that_does_not_own_the_cluster_may_not_run_armada():
+    # One Armada per cluster: an executor deletes the pods of another Armada's jobs (docs/armada.md).
+    raw = {
+        "cloudstation:environment": "test",
+        "cloudstation:platform": {"ownsClusterResources": False},
+        "cloudstation:projects": [
+            {"name": "p", "entities": [{"name": "e", "kind": "action", "language": "go", "source": "x"}]}
+        ],
+    }
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(raw)
+    assert error.value.problems == [
+        "cloudstation:platform.armada.enabled: true — one Armada per cluster: its executors delete the pods of "
+        "any other Armada's jobs in the cluster; the stack that owns the cluster's resources runs it — set "
+        "armada.enabled: false here, or give this stack its own cluster (ownsClusterResources: true)"
+    ]
+    raw["cloudstation:platform"]["armada"] = {"enabled": False}
+    assert stack_config.load(raw).platform.armada.enabled is False
+    raw["cloudstation:platform"] = {"ownsClusterResources": True}
+    assert stack_config.load(raw).platform.armada.enabled is True

@@ -19,7 +19,7 @@ from components.armada.queue import (
 from components.armada.queue_api import QueueApiError, QueueClient, QueueExists
 from infra import config as stack_config
 from infra.mocks import is_wrapped_secret
-from infra.render import validate_config
+from tests.armada_variants import config_of
 from tests.conftest import ROOT
 from tests.fake_armada import FakeArmada
 
@@ -330,11 +330,12 @@ def test_queue_args_validate_priority_factor_directly():
         QueueArgs(name="q", priority_factor=0)
 
 
-# --- the rendered graph of both stack files ----------------------------------------------------
+# --- the rendered graph of every stack that runs an Armada ----------------------------------------
 
 
-def test_stacks_manage_every_queue_through_the_configured_api_after_the_server(rendered):
-    config = validate_config(rendered.stack)
+def test_stacks_manage_every_queue_through_the_configured_api_after_the_server(armada_rendered):
+    rendered = armada_rendered  # each stack that runs an Armada (one per cluster)
+    config = config_of(rendered)
     resources = sorted(rendered.of_type("pulumi-python:dynamic/armada:Queue"), key=lambda r: r.inputs["name"])
     expected = sorted(project_queues(config), key=lambda q: q.name)
     assert [r.inputs["name"] for r in resources] == [q.name for q in expected]

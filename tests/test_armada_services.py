@@ -1,5 +1,7 @@
-"""Armada on the rendered graph of both stack files (and one variant): services, wiring read
-back from the rendered ConfigMaps, start order, pruning, cluster prerequisites and outputs."""
+"""Armada on the rendered graph of every stack that runs one (the test stack file, and prod on a
+cluster of its own: tests/armada_variants.py) and of one more variant: services, wiring read back
+from the rendered ConfigMaps, start order, pruning, cluster prerequisites and outputs. The prod
+stack file shares the test stack's cluster and so runs no Armada (one per cluster)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,7 @@ from components.armada.service import checksum
 from infra import checks, validate
 from infra.render import StackFile, render
 from infra.versions import ARMADA, IMAGES
+from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
 from tests.conftest import find, objects, pod_spec
 from tests.test_armada_config import allowed_absent, default
 
@@ -25,6 +28,12 @@ SERVICES = {
     "armada-event-ingester": "armada-event-ingester",
 }
 WITH_HEALTH = {"armada-server", "armada-scheduler", "armada-lookout", "armada-binoculars"}
+
+
+@pytest.fixture
+def rendered(armada_rendered):
+    """In this module, `rendered` is each stack that runs an Armada (conftest's `armada_rendered`)."""
+    return armada_rendered
 
 
 def namespace_of(rendered) -> str:
@@ -216,8 +225,8 @@ def test_rendered_configs_including_stack_file_extras_use_only_known_keys(render
         assert sorted(p for p in generated if p not in known and not allowed_absent(service, p)) == [], name
 
 
-def test_prod_uses_its_external_pulsar(rendered_stacks):
-    prod = rendered_stacks["prod"]
+def test_prod_on_its_own_cluster_uses_its_external_pulsar():
+    prod = armada_variant(OWN_CLUSTER)
     assert service_config(prod, "armada-server")["pulsar"]["URL"] == "pulsar://pulsar-broker.pulsar.svc.cluster.local:6650"
     assert not [o for o in objects(prod, "StatefulSet") if o["metadata"]["name"] == "armada-pulsar"]
     assert service_config(prod, "armada-lookout")["prunerConfig"] == {"expireAfter": "2160h"}  # extra
@@ -273,8 +282,8 @@ def test_external_database_job_does_not_connect_to_a_database_it_creates():
 
 
 def test_pruning_cron_jobs_follow_the_config(rendered_stacks):
-    prod = rendered_stacks["prod"]
-    scheduler = find(prod, "CronJob", "armada-scheduler-pruner", "armada-prod")
+    prod = armada_variant(OWN_CLUSTER)
+    scheduler = find(prod, "CronJob", "armada-scheduler-pruner", "armada")
     assert scheduler["spec"]["schedule"] == "15 * * * *"
     args = pod_spec(scheduler)["containers"][0]["args"]
     assert args[:3] == ["pruneDatabase", "--config", CONFIG_PATH] and args[args.index("--expireAfter") + 1] == "24h"
@@ -286,15 +295,13 @@ def test_pruning_cron_jobs_follow_the_config(rendered_stacks):
 # --- cluster prerequisites and outputs -------------------------------------------------------
 
 
-def test_priority_classes_and_cluster_roles_come_from_the_owning_stack(rendered_stacks):
-    test, prod = rendered_stacks["test"], rendered_stacks["prod"]  # test owns the shared cluster's
-    classes = {o["metadata"]["name"]: o["value"] for o in objects(test, "PriorityClass")}
-    for stack in (test, prod):
-        scheduling = service_config(stack, "armada-scheduler")["scheduling"]["priorityClasses"]
-        assert {n: c["priority"] for n, c in scheduling.items()} == classes
+def test_each_armada_stack_creates_its_clusters_priority_classes_and_cluster_roles(rendered):
+    classes = {o["metadata"]["name"]: o["value"] for o in objects(rendered, "PriorityClass")}
+    scheduling = service_config(rendered, "armada-scheduler")["scheduling"]["priorityClasses"]
+    assert {n: c["priority"] for n, c in scheduling.items()} == classes
     assert {"armada-default", "armada-preemptible"} <= set(classes)
-    assert find(test, "ClusterRole", "cloudstation-armada-executor")["rules"]
-    assert [o for o in armada_objects(prod) if o["kind"] in ("PriorityClass", "ClusterRole")] == []
+    assert find(rendered, "ClusterRole", "cloudstation-armada-executor")["rules"]
+    assert config_of(rendered).platform.owns_cluster_resources
 
 
 def test_each_executor_is_bound_to_the_executor_cluster_role(rendered):
@@ -304,18 +311,24 @@ def test_each_executor_is_bound_to_the_executor_cluster_role(rendered):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": executor, "namespace": namespace_of(rendered)}]
 
 
-def test_test_and_prod_can_share_a_cluster(rendered_stacks):
-    """Namespaced and per-stack cluster-scoped names differ between the two stack files."""
-    def names(stack):
-        return {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in armada_objects(stack)}
-
-    assert names(rendered_stacks["test"]) & names(rendered_stacks["prod"]) == set()
+def test_the_stack_sharing_the_test_stacks_cluster_runs_no_armada(rendered_stacks):
+    """One Armada per cluster: the prod stack file (not the cluster's owner) registers none of it,
+    and the test stack's Armada has the build queue of every prod project."""
+    prod, test = rendered_stacks["prod"], rendered_stacks["test"]
+    assert not config_of(prod).platform.owns_cluster_resources
+    assert [r.name for r in prod.registrations if r.type.startswith("cloudstation:armada:")] == []
+    assert [o["metadata"]["name"] for o in prod.manifests() if "armada" in json.dumps(o["metadata"])] == []
+    assert [name for name in prod.outputs if name.startswith("armada")] == []
+    assert [r for r in test.registrations if r.type.startswith("cloudstation:armada:")]
+    queues = set(test.outputs["armadaQueues"])
+    assert {f"{project.name}-builds" for project in config_of(prod).projects} <= queues
 
 
 def test_job_namespaces_exist(rendered):
     names = {o["metadata"]["name"] for o in objects(rendered, "Namespace")}
-    jobs = "armada-jobs" if rendered.stack == "test" else "armada-prod-jobs"
-    assert {namespace_of(rendered), jobs} <= names
+    jobs = config_of(rendered).platform.armada.job_namespaces
+    assert jobs == ["armada-jobs"]  # both stacks use the default
+    assert {namespace_of(rendered), *jobs} <= names
 
 
 def test_outputs(rendered):
@@ -340,8 +353,6 @@ def test_outputs(rendered):
 def variant():
     stack_file = StackFile.read("test")
     platform = json.loads(stack_file.values["cloudstation:platform"])
-    platform["ownsClusterResources"] = False
-    platform.get("cloudstate", {}).pop("extraWatchedNamespaces", None)  # only an owner may list them
     platform["armada"].update(
         {
             "namespace": "armada-b",
@@ -368,11 +379,12 @@ def test_variant_one_executor_per_entry_and_binoculars(variant):
     assert validate.validate_all([o for o in armada_objects(variant) if o["kind"] != "Secret"]) == []
 
 
-def test_variant_without_cluster_ownership_or_pruning(variant):
+def test_variant_without_pruning(variant):
     mine = armada_objects(variant)
-    assert [o for o in mine if o["kind"] in ("PriorityClass", "ClusterRole", "CronJob")] == []
+    assert [o for o in mine if o["kind"] == "CronJob"] == []
     # restrictGrpc off: the scheduler's gRPC port admits any source
     scheduler = next(o for o in mine if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "armada-scheduler")
     assert scheduler["spec"]["ingress"] == [{"ports": [{"port": 50052, "protocol": "TCP"}]}]
-    # Bindings are per stack (named after its namespace) and still needed.
-    assert len([o for o in mine if o["kind"] == "ClusterRoleBinding"]) == 3
+    # One binding per executor and binoculars, named after the Armada namespace.
+    bindings = sorted(o["metadata"]["name"] for o in mine if o["kind"] == "ClusterRoleBinding")
+    assert bindings == ["armada-b-armada-binoculars", "armada-b-armada-executor-cpu", "armada-b-armada-executor-gpu"]

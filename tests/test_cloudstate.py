@@ -236,9 +236,9 @@ def test_operator_config_is_explicit_hocon():
 def test_a_stack_that_does_not_own_the_cluster_registers_no_cluster_scoped_object(source, rendered_stacks):
     rendered = rendered_stacks["prod"] if source == "prod stack file" else variant("non-owner")
     kinds = {o["kind"] for o in rendered.manifests()}
-    # Namespaces are per stack; so are the bindings of this stack's own service accounts (Armada's
-    # executor), which grant the owner's ClusterRoles. Nothing else cluster-scoped.
-    assert kinds & CLUSTER_SCOPED <= {"Namespace", "ClusterRoleBinding"}
+    # Namespaces are per stack; nothing else cluster-scoped (not even Armada's executor bindings:
+    # the owner runs the cluster's one Armada).
+    assert kinds & CLUSTER_SCOPED == {"Namespace"}
     bindings = objects(rendered, "ClusterRoleBinding")
     assert not [b for b in bindings if b["roleRef"]["name"] == "cloudstate-operator-role"]
     namespaces = {o["metadata"]["name"] for o in objects(rendered, "Namespace")}

@@ -1,14 +1,16 @@
 """NetworkPolicies, checked by simulating them on the rendered graph.
 
 Both stack files are rendered into one cluster model (they share a cluster: prod pulls from the
-test stack's registry), with the pods their workloads and the CloudState operator create, the
-cluster DNS, the API server and prod's external Pulsar. A flow is allowed when the client's
+test stack's registry, and the test stack's Armada is the cluster's only one), with the pods their
+workloads and the CloudState operator create, the cluster DNS and the API server. Prod on a cluster
+of its own (tests/armada_variants.py, with its external Pulsar) is a second cluster model. A flow is allowed when the client's
 policies allow it as egress and the server's as ingress (Kubernetes semantics: a pod selected
 by no policy of a direction is open in that direction; policies add up). Every required flow of
 docs/network-policies.md must be allowed, and some that nothing needs must be denied.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Optional
@@ -19,6 +21,7 @@ from components import network
 from components.project_environment import MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL
 from infra import render
 from infra.checks import pod_spec
+from tests.armada_variants import OWN_CLUSTER, config_of, variant
 from tests.conftest import objects
 
 API_SERVER = "172.18.0.2"
@@ -179,7 +182,7 @@ def cluster_of(stacks: dict[str, render.Rendered]) -> Cluster:
         namespaces.setdefault(name, {network.NAMESPACE_LABEL: name})
     pods = workload_pods(manifests) + entity_pods(manifests) + [
         Pod("kube-system", "coredns", {"k8s-app": "kube-dns"}, {"dns": 53}),
-        # prod's external Pulsar (pulsar://pulsar-broker.pulsar.svc.cluster.local:6650)
+        # the external Pulsar of prod on its own cluster (pulsar://pulsar-broker.pulsar.svc.cluster.local:6650)
         Pod("pulsar", "pulsar-broker", {"app": "pulsar"}, {}),
         Pod("default", "stranger", {"app": "stranger"}, {}),
     ]
@@ -189,7 +192,28 @@ def cluster_of(stacks: dict[str, render.Rendered]) -> Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(rendered_stacks) -> Cluster:
+    """The stack files' shared cluster."""
     return cluster_of(rendered_stacks)
+
+
+@functools.lru_cache(maxsize=None)
+def own_cluster(name: str) -> Cluster:
+    """The cluster of a stack variant alone on it."""
+    return cluster_of({name: variant(name)})
+
+
+@pytest.fixture
+def armada_cluster(armada_rendered, rendered_stacks, cluster) -> Cluster:
+    """The cluster model `armada_rendered`'s Armada runs in: the shared one, or prod's own."""
+    return cluster if armada_rendered is rendered_stacks.get(armada_rendered.stack) else own_cluster(OWN_CLUSTER)
+
+
+@pytest.fixture(params=["test", "prod", OWN_CLUSTER])
+def stack_in_cluster(request, rendered_stacks, cluster) -> tuple[render.Rendered, Cluster]:
+    """Each stack file in the shared cluster, and prod on a cluster of its own."""
+    if request.param in rendered_stacks:
+        return rendered_stacks[request.param], cluster
+    return variant(request.param), own_cluster(request.param)
 
 
 def created_namespaces(rendered) -> list[str]:
@@ -203,7 +227,8 @@ def entities(cluster: Cluster, namespace: str) -> list[Pod]:
 # --- every namespace: default deny, then DNS -------------------------------------------------
 
 
-def test_every_created_namespace_denies_by_default_and_allows_dns(rendered):
+def test_every_created_namespace_denies_by_default_and_allows_dns(stack_in_cluster):
+    rendered, _ = stack_in_cluster
     policies = objects(rendered, "NetworkPolicy")
     assert created_namespaces(rendered)
     for namespace in created_namespaces(rendered):
@@ -211,7 +236,8 @@ def test_every_created_namespace_denies_by_default_and_allows_dns(rendered):
         assert [p["spec"] for p in deny] == [{"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}], namespace
 
 
-def test_every_pod_resolves_names_and_reaches_nothing_unlisted(rendered, cluster):
+def test_every_pod_resolves_names_and_reaches_nothing_unlisted(stack_in_cluster):
+    rendered, cluster = stack_in_cluster
     dns = cluster.pod("kube-system", "coredns")
     namespaces = created_namespaces(rendered)
     pods = [p for p in cluster.pods if p.namespace in namespaces]
@@ -280,9 +306,10 @@ def test_entities_do_not_cross_environments_or_reach_armada(rendered_stacks, clu
     assert not cluster.allowed(project_state, cluster.pod(shop_test, "shop-postgres"), 5432)
 
 
-def test_store_setup_jobs_reach_their_database(rendered, cluster):
-    jobs = [p for p in cluster.pods if p.labels.get("app.kubernetes.io/component") == "database-setup"
-            and p.namespace in created_namespaces(rendered)]
+@pytest.mark.parametrize("which", ["shared", OWN_CLUSTER])
+def test_store_setup_jobs_reach_their_database(which, cluster):
+    cluster = cluster if which == "shared" else own_cluster(which)  # every stack's jobs, in its cluster
+    jobs = [p for p in cluster.pods if p.labels.get("app.kubernetes.io/component") == "database-setup"]
     assert jobs
     for job in jobs:
         server_name = job.name.rsplit("-", 1)[0]  # <server>-databases / <server>-auth
@@ -349,7 +376,8 @@ def armada_target(cluster: Cluster, namespace: str, wanted) -> tuple[object, int
     return cluster.pod(namespace, wanted[0]), wanted[1]
 
 
-def test_armada_services_reach_their_dependencies_and_each_other(rendered, cluster):
+def test_armada_services_reach_their_dependencies_and_each_other(armada_rendered, armada_cluster):
+    rendered, cluster = armada_rendered, armada_cluster  # each stack that runs an Armada, in its cluster
     namespace = rendered.outputs["armadaNamespace"]
     for client_name, wanted in ARMADA_FLOWS.items():
         client = cluster.pod(namespace, client_name)
@@ -363,7 +391,8 @@ def test_armada_services_reach_their_dependencies_and_each_other(rendered, clust
         assert cluster.allowed(executor, Address(API_SERVER), 6443)
 
 
-def test_armada_flows_nothing_needs_are_denied(rendered, cluster):
+def test_armada_flows_nothing_needs_are_denied(armada_rendered, armada_cluster):
+    rendered, cluster = armada_rendered, armada_cluster  # each stack that runs an Armada, in its cluster
     namespace = rendered.outputs["armadaNamespace"]
     pod = lambda name: cluster.pod(namespace, name)  # noqa: E731
     pulsar, _ = armada_target(cluster, namespace, "pulsar")
@@ -381,7 +410,8 @@ def test_armada_flows_nothing_needs_are_denied(rendered, cluster):
             assert not cluster.allowed(entity, pod("armada-postgres"), 5432)
 
 
-def test_users_reach_the_armada_api_and_lookout(rendered, cluster):
+def test_users_reach_the_armada_api_and_lookout(armada_rendered, armada_cluster):
+    rendered, cluster = armada_rendered, armada_cluster  # each stack that runs an Armada, in its cluster
     namespace = rendered.outputs["armadaNamespace"]
     for name, port in [("armada-server", 50051), ("armada-server", 8080), ("armada-lookout", 10000)]:
         assert cluster.allowed(Address(USER), cluster.pod(namespace, name), port), (name, port)
@@ -389,8 +419,9 @@ def test_users_reach_the_armada_api_and_lookout(rendered, cluster):
         assert cluster.allowed(cluster.pod("default", "stranger"), cluster.pod(namespace, name), port), (name, port)
 
 
-def test_job_namespaces_are_closed_until_users_open_them(rendered, cluster):
-    config = render.validate_config(rendered.stack).platform.armada
+def test_job_namespaces_are_closed_until_users_open_them(armada_rendered, armada_cluster):
+    rendered, cluster = armada_rendered, armada_cluster  # each stack that runs an Armada, in its cluster
+    config = config_of(rendered).platform.armada
     job = Pod(config.job_namespaces[0], "job", {"armada_job_id": "1"})
     cluster = Cluster(cluster.namespaces, [*cluster.pods, job], cluster.policies)
     dns = cluster.pod("kube-system", "coredns")

@@ -1,5 +1,6 @@
 """The policy pack (policy/rules.py), run offline: every rule on the rendered graph of both stack
-files, as the engine would call it, and every rule against a bad example it must reject.
+files and of prod on a cluster of its own (its prod-size Armada, tests/armada_variants.py), as the
+engine would call it, and every rule against a bad example it must reject.
 
 The engine hands a policy the resource's inputs with secrets decrypted and unknowns as sentinel
 strings, behind pulumi_policy's unknown-checking proxy; `engine_props` builds exactly that from the
@@ -30,6 +31,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 from infra import checks, config as stack_config, render, versions
 from infra.mocks import is_wrapped_secret
 from policy import rules
+from tests import armada_variants
 from tests.conftest import ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -88,10 +90,22 @@ def engine_env(monkeypatch):
     return set_stack
 
 
-@pytest.fixture
-def as_stack(rendered, engine_env):
-    engine_env(rendered.stack, render.StackFile.read(rendered.stack).values)
+@pytest.fixture(params=["test", "prod", armada_variants.OWN_CLUSTER])
+def as_stack(request, rendered_stacks, engine_env):
+    """Each stack file, and prod on a cluster of its own, with its config passed as the engine would."""
+    name = request.param
+    rendered = rendered_stacks[name] if name in rendered_stacks else armada_variants.variant(name)
+    engine_env(rendered.stack, armada_variants.stack_file(name).values)
     return rendered
+
+
+@pytest.fixture
+def project_directory(as_stack, rendered_stacks, tmp_path) -> Path:
+    """Where the pack finds `as_stack`'s stack file: the repo, or a variant's written out."""
+    if as_stack is rendered_stacks.get(as_stack.stack):
+        return ROOT
+    armada_variants.write_stack_file(armada_variants.OWN_CLUSTER, tmp_path)
+    return tmp_path
 
 
 # --- our stacks pass ----------------------------------------------------------------------------
@@ -104,9 +118,9 @@ def test_every_resource_of_both_stacks_passes(as_stack, policy):
 
 
 @pytest.mark.parametrize("policy", STACK_POLICIES, ids=lambda p: p.name)
-def test_both_stacks_pass_the_stack_policies(as_stack, policy):
+def test_both_stacks_pass_the_stack_policies(as_stack, project_directory, policy):
     resources = [(r.type, r.inputs) for r in as_stack.registrations]
-    assert check_stack(policy, resources, {"projectDirectory": str(ROOT)}) == []
+    assert check_stack(policy, resources, {"projectDirectory": str(project_directory)}) == []
 
 
 def wire(value: Any) -> Any:
@@ -124,7 +138,7 @@ def struct(value: dict) -> struct_pb2.Struct:
     return message
 
 
-def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack):
+def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack, project_directory):
     """The path `pulumi preview --policy-pack policy` takes: the servicer PolicyPack serves (a private
     class; PolicyPack itself would start a gRPC server), fed protobuf requests as the engine sends them."""
     saved = dict(pulumi_config.CONFIG.get())  # the servicer copies PULUMI_CONFIG into the global config
@@ -133,7 +147,7 @@ def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack):
         info = servicer.GetAnalyzerInfo(None, None)
         assert sorted(p.name for p in info.policies) == sorted(p.name for p in rules.POLICIES)
         servicer.Configure(proto.ConfigureAnalyzerRequest(policyConfig={
-            "no-secrets-in-plain-config": proto.PolicyConfig(properties=struct({"projectDirectory": str(ROOT)})),
+            "no-secrets-in-plain-config": proto.PolicyConfig(properties=struct({"projectDirectory": str(project_directory)})),
         }), None)
         diagnostics = []
         for r in as_stack.registrations:
@@ -160,16 +174,20 @@ def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack):
         pulumi_config.CONFIG.get().update(saved)
 
 
-def test_the_rules_see_what_they_check(rendered):
+def test_the_rules_see_what_they_check(as_stack):
     """Guards the pass above against rules that silently match nothing."""
+    rendered = as_stack
     kinds = {kind for r in rendered.registrations for kind, _, _ in rules.pod_specs(r.type, r.inputs)}
-    assert {"Deployment", "StatefulSet", "Job", "CronJob", "StatefulService"} <= kinds
+    # Armada brings the Deployments, Jobs and CronJobs; the prod stack file runs none (one per cluster).
+    with_armada = armada_variants.config_of(rendered).platform.armada.enabled
+    assert kinds >= {"StatefulSet", "StatefulService"} | ({"Deployment", "Job", "CronJob"} if with_armada else set())
     found, unknown = rules.stack_objects(StackValidationArgs([
         PolicyResource(r.type, r.inputs, r.urn, r.name, options(), None, None, [], {}) for r in rendered.registrations
     ]))
     objects = [o for _, o in found]
     assert unknown == 0
-    assert sum(o["kind"] == "Namespace" for o in objects) >= 3
+    namespaces = [o for o in rendered.manifests() if o["kind"] == "Namespace"]
+    assert sum(o["kind"] == "Namespace" for o in objects) == len(namespaces) >= 2  # platform + project at least
     assert any(o["kind"] == "Service" and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "registry"
                for o in objects) == (rendered.stack == "test")
 

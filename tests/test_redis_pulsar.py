@@ -10,8 +10,9 @@ from components import redis as redis_module
 from components.pulsar import Pulsar, PulsarArgs, PulsarSettings
 from components.redis import Redis, RedisArgs, RedisSettings
 from infra import checks, validate
-from infra.render import Rendered, validate_config
+from infra.render import Rendered
 from infra.versions import IMAGES
+from tests.armada_variants import config_of
 
 WORKLOAD_CHECKS = [
     checks.restricted_violations, checks.resource_violations, checks.image_violations, checks.secret_env_violations,
@@ -237,7 +238,7 @@ def test_memory_quantities_convert_to_mebibytes():
         pulsar_module.mebibytes("lots")
 
 
-# --- the rendered graph of both stack files ----------------------------------------------------
+# --- the rendered graph of every stack that runs an Armada ----------------------------------------
 
 
 def stack_objects(rendered, component: str) -> list[dict]:
@@ -245,8 +246,9 @@ def stack_objects(rendered, component: str) -> list[dict]:
             if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
 
 
-def test_stacks_render_redis_as_configured_and_wire_it_into_armada(rendered):
-    armada = validate_config(rendered.stack).platform.armada
+def test_stacks_render_redis_as_configured_and_wire_it_into_armada(armada_rendered):
+    rendered = armada_rendered  # each stack that runs an Armada (one per cluster)
+    armada = config_of(rendered).platform.armada
     objects = stack_objects(rendered, "redis")
     if armada.redis.mode == "external":
         assert objects == []
@@ -268,8 +270,9 @@ def test_stacks_render_redis_as_configured_and_wire_it_into_armada(rendered):
     assert sum(address in data for data in configs) >= 2
 
 
-def test_stacks_render_pulsar_as_configured_and_wire_it_into_armada(rendered):
-    armada = validate_config(rendered.stack).platform.armada
+def test_stacks_render_pulsar_as_configured_and_wire_it_into_armada(armada_rendered):
+    rendered = armada_rendered  # each stack that runs an Armada (one per cluster)
+    armada = config_of(rendered).platform.armada
     objects = stack_objects(rendered, "pulsar")
     configs = [data for o in rendered.manifests() if o["kind"] == "ConfigMap" for data in (o.get("data") or {}).values()]
     if armada.pulsar.mode == "external":

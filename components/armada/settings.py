@@ -188,6 +188,8 @@ class ArmadaConfig(ConfigModel):
     """The Armada batch scheduler and its services."""
 
     enabled: bool = True
+    """Install Armada. One Armada per cluster (an executor deletes the pods of any other Armada's
+    jobs in its cluster): only a stack with `ownsClusterResources: true` may."""
     namespace: DnsLabel = "armada"
     """Namespace of the Armada services."""
     job_namespaces: list[DnsLabel] = Field(default=["armada-jobs"], min_length=1)
