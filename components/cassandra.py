@@ -312,7 +312,7 @@ class Cassandra(Component):
                 opts=child,
             )
             self.service_name: Optional[str] = name
-            self.host = pulumi.Output.concat(name, ".", args.namespace, ".svc.cluster.local")
+            self.host = pulumi.Output.from_input(args.namespace).apply(lambda ns: kb.service_dns(name, ns))
             self.ready += [secret, service, statefulset, job]
         else:
             ref = settings.credentials_secret

@@ -93,34 +93,26 @@ def pod_security(run_as_user: int, run_as_group: Optional[int] = None, fs_group:
     return context
 
 
-def http_probe(path: str, port: str | int, initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
+def _probe(handler: dict, initial_delay: int, period: int, failures: int) -> dict:
     return {
-        "httpGet": {"path": path, "port": port},
+        **handler,
         "initialDelaySeconds": initial_delay,
         "periodSeconds": period,
         "timeoutSeconds": 5,
         "failureThreshold": failures,
     }
+
+
+def http_probe(path: str, port: str | int, initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
+    return _probe({"httpGet": {"path": path, "port": port}}, initial_delay, period, failures)
 
 
 def tcp_probe(port: str | int, initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
-    return {
-        "tcpSocket": {"port": port},
-        "initialDelaySeconds": initial_delay,
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": failures,
-    }
+    return _probe({"tcpSocket": {"port": port}}, initial_delay, period, failures)
 
 
 def exec_probe(command: list[str], initial_delay: int = 5, period: int = 10, failures: int = 3) -> dict:
-    return {
-        "exec": {"command": command},
-        "initialDelaySeconds": initial_delay,
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": failures,
-    }
+    return _probe({"exec": {"command": command}}, initial_delay, period, failures)
 
 
 def secret_env(name: str, secret: str, key: str) -> dict:

@@ -74,22 +74,20 @@ def ports(numbers: Sequence[int], protocol: str = "TCP") -> list[dict]:
     return [{"port": number, "protocol": protocol} for number in numbers]
 
 
-def ingress(peers: Optional[Sequence[dict]], port_numbers: Sequence[int]) -> dict:
-    """An ingress rule; `peers` None admits any source (the port still limits it)."""
-    rule: dict = {}
-    if peers is not None:
-        rule["from"] = list(peers)
+def _rule(peer_key: str, peers: Optional[Sequence[dict]], port_numbers: Sequence[int]) -> dict:
+    rule: dict = {} if peers is None else {peer_key: list(peers)}
     rule["ports"] = ports(port_numbers)
     return rule
+
+
+def ingress(peers: Optional[Sequence[dict]], port_numbers: Sequence[int]) -> dict:
+    """An ingress rule; `peers` None admits any source (the port still limits it)."""
+    return _rule("from", peers, port_numbers)
 
 
 def egress(peers: Optional[Sequence[dict]], port_numbers: Sequence[int]) -> dict:
     """An egress rule; `peers` None allows any destination (the port still limits it)."""
-    rule: dict = {}
-    if peers is not None:
-        rule["to"] = list(peers)
-    rule["ports"] = ports(port_numbers)
-    return rule
+    return _rule("to", peers, port_numbers)
 
 
 def to(endpoint: Endpoint) -> dict:

@@ -300,7 +300,7 @@ class Postgres(Component):
                 spec=same_namespace_only(name, [PORT]),
                 opts=child,
             )
-            self.host = pulumi.Output.concat(name, ".", args.namespace, ".svc.cluster.local")
+            self.host = pulumi.Output.from_input(args.namespace).apply(lambda ns: kb.service_dns(name, ns))
             self.port = PORT
             self.ready += [secret, service, statefulset]
         else:

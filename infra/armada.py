@@ -26,6 +26,7 @@ from components.armada.scheduler import Scheduler
 from components.armada.scheduler_ingester import SchedulerIngester
 from components.armada.server import Server
 from components.armada.service import ArmadaArgs
+from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.postgres import Postgres, PostgresArgs
 from components.pulsar import Pulsar, PulsarArgs
@@ -123,14 +124,14 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         queue_names = queues.names
 
     grpc_address = server.service_name.apply(
-        lambda name: f"{name}.{armada.namespace}.svc.cluster.local:{SERVER_PORTS['grpc']}"
+        lambda name: f"{service_dns(name, armada.namespace)}:{SERVER_PORTS['grpc']}"
     )
     rest_url = server.service_name.apply(
-        lambda name: f"http://{name}.{armada.namespace}.svc.cluster.local:{SERVER_PORTS['http']}"
+        lambda name: f"http://{service_dns(name, armada.namespace)}:{SERVER_PORTS['http']}"
     )
     lookout_url = lookout.service_name.apply(
         lambda name: armada.lookout.public_url
-        or f"http://{name}.{armada.namespace}.svc.cluster.local:{LOOKOUT_PORTS['http']}"
+        or f"http://{service_dns(name, armada.namespace)}:{LOOKOUT_PORTS['http']}"
     )
     public_grpc = armada.server.public_grpc_address
     armadactl = grpc_address.apply(

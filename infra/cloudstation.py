@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pulumi
 
 from components.cloudstate_operator import CloudStateOperator, OperatorArgs
+from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.project_environment import EntityService, ProjectEnvironment, ProjectEnvironmentArgs
 from infra import delivery
@@ -114,7 +115,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         "platformNamespace": platform_namespace.name,
         "projectNamespaces": pulumi.Output.all(**namespaces),
         "projectStateService": pulumi.Output.from_input(
-            f"{state.name}.{platform.namespace}.svc.cluster.local:80"
+            f"{service_dns(state.name, platform.namespace)}:80"
         ),
         **access.outputs,
         **delivery.images_output(images),

@@ -96,12 +96,7 @@ def manifests(registrations) -> list[dict]:
 
 def build(mocked, make) -> list[dict]:
     """Run `make()` (registers components) under mocks; the Kubernetes objects it registered."""
-    import pulumi
+    from tests.conftest import run_mocked
 
-    @pulumi.runtime.test
-    def run():
-        make()
-        return pulumi.Output.from_input(None)
-
-    run()
+    run_mocked(make)
     return manifests(mocked.registrations)

@@ -1,10 +1,12 @@
 """Shared fixtures: the real program rendered per stack file under mocks, and a mock harness
-for testing one component alone. Both use a fresh MockMonitor per run and preview=False."""
+for testing one component alone. Both use a fresh MockMonitor per run and preview=False.
+Also the test registry server (`registry`), fake AWS credentials (`aws_env`), and helpers to
+find rendered objects and check workloads against the team's standards."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import pulumi
 import pulumi.runtime.settings
@@ -13,11 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from infra import checks  # noqa: E402
 from infra import render as render_module  # noqa: E402
 from infra.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
 from infra.config import PROJECT  # noqa: E402
 from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
 from tests import armada_variants  # noqa: E402
+from tests.registry_server import registry  # noqa: E402,F401  (a fixture, shared by the registry tests)
 
 STACKS = ["test", "prod"]
 
@@ -44,6 +48,15 @@ def armada_rendered(request, rendered_stacks) -> render_module.Rendered:
 
 
 @pytest.fixture
+def aws_env(monkeypatch) -> None:
+    """Fake AWS credentials and region for moto; no profile from the machine running the tests."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
 def mocked() -> Iterator[ProgramMocks]:
     """Mocks for building components directly inside a `@pulumi.runtime.test` function;
     `mocked.registrations` holds what they registered."""
@@ -51,6 +64,20 @@ def mocked() -> Iterator[ProgramMocks]:
     pulumi.runtime.settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="unit", preview=False, monitor=RecordingMonitor(mocks))
     yield mocks
+
+
+def run_mocked(make: Callable[[], Optional[dict]]) -> dict:
+    """Run `make()` (registers components under the `mocked` fixture) as a `@pulumi.runtime.test`
+    program; the {name: Output} it returns, if any, resolved."""
+    resolved: dict = {}
+
+    @pulumi.runtime.test
+    def program():
+        outputs = make()
+        return pulumi.Output.all(**(outputs if isinstance(outputs, dict) else {})).apply(resolved.update)
+
+    program()
+    return resolved
 
 
 def objects(rendered: render_module.Rendered, kind: Optional[str] = None) -> list[dict]:
@@ -65,3 +92,24 @@ def find(rendered: render_module.Rendered, kind: str, name: str, namespace: Opti
     ]
     assert len(matches) == 1, f"expected one {kind} {namespace}/{name}, found {len(matches)}"
     return matches[0]
+
+
+def container(spec: dict, name: str) -> dict:
+    """The one container (or init container) of a pod spec with that name."""
+    [match] = [c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name]
+    return match
+
+
+# The restricted Pod Security Standard, requests and limits, pinned images, no credentials in literal env.
+WORKLOAD_CHECKS = (checks.restricted_violations, checks.resource_violations, checks.image_violations,
+                   checks.secret_env_violations)
+
+
+def spec_violations(name: str, spec: dict) -> list[str]:
+    """What `WORKLOAD_CHECKS` find wrong in one pod spec."""
+    return [p for check in WORKLOAD_CHECKS for p in check(name, spec)]
+
+
+def standard_violations(objects: list[dict]) -> list[str]:
+    """What `WORKLOAD_CHECKS` find wrong in every workload among `objects`."""
+    return [p for name, spec in checks.workloads(objects) for p in spec_violations(name, spec)]

@@ -328,15 +328,19 @@ def test_armadactl_config_has_the_reference_shape():
 # --- config-time errors (before any resource) ---------------------------------------------------
 
 
-def load(armada: dict) -> stack_config.StackConfig:
-    raw = {
+def minimal_stack(platform: dict) -> dict:
+    """The raw config of a test stack with one small project and this `platform`."""
+    return {
         "cloudstation:environment": "test",
-        "cloudstation:platform": {"armada": armada},
+        "cloudstation:platform": platform,
         "cloudstation:projects": [
             {"name": "p", "entities": [{"name": "e", "kind": "action", "language": "go", "source": "x"}]}
         ],
     }
-    return stack_config.load(raw)
+
+
+def load(armada: dict) -> stack_config.StackConfig:
+    return stack_config.load(minimal_stack({"armada": armada}))
 
 
 def test_a_valid_armada_section_loads():
@@ -378,13 +382,7 @@ def test_settings_reject_unknown_keys_directly():
 
 def test_a_stack_that_does_not_own_the_cluster_may_not_run_armada():
     # One Armada per cluster: an executor deletes the pods of another Armada's jobs (docs/armada.md).
-    raw = {
-        "cloudstation:environment": "test",
-        "cloudstation:platform": {"ownsClusterResources": False},
-        "cloudstation:projects": [
-            {"name": "p", "entities": [{"name": "e", "kind": "action", "language": "go", "source": "x"}]}
-        ],
-    }
+    raw = minimal_stack({"ownsClusterResources": False})
     with pytest.raises(stack_config.ConfigError) as error:
         stack_config.load(raw)
     assert error.value.problems == [

@@ -15,7 +15,7 @@ from infra import checks, validate
 from infra.render import StackFile, render
 from infra.versions import ARMADA, IMAGES
 from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
-from tests.conftest import find, objects, pod_spec
+from tests.conftest import find, objects, pod_spec, standard_violations
 from tests.test_armada_config import allowed_absent, default
 
 SERVICES = {
@@ -146,14 +146,7 @@ def test_services_expose_the_ports_the_containers_and_configs_use(rendered):
 
 def test_workloads_meet_the_standard_and_validate(rendered):
     mine = armada_objects(rendered)
-    problems = [
-        p
-        for name, spec in checks.workloads(mine)
-        for check in (checks.restricted_violations, checks.resource_violations, checks.image_violations,
-                      checks.secret_env_violations)
-        for p in check(name, spec)
-    ]
-    assert problems == []
+    assert standard_violations(mine) == []
     # Secrets are the dependency components' (and redacted here); everything else must validate.
     assert validate.validate_all([o for o in mine if o["kind"] != "Secret"]) == []
 

@@ -8,7 +8,7 @@ from components import cloudstate_operator as operator
 from infra import checks, validate, versions
 from infra.cloudstation import project_namespace
 from infra.config import ConfigError, StackConfig, load
-from infra.render import StackFile
+from infra.render import validate_config
 from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
 from tests.conftest import find, objects, pod_spec
 
@@ -16,10 +16,6 @@ CLUSTER_SCOPED = {
     "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass",
     "PersistentVolume", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService", "IngressClass",
 }
-
-
-def config_of(stack: str) -> StackConfig:
-    return load(StackFile.read(stack).values)
 
 
 def own_namespaces(config: StackConfig) -> list[str]:
@@ -46,7 +42,7 @@ def structural_problems(schema: dict, path: str = "") -> list[str]:
 def owner(rendered_stacks):
     """The render of the repo's stack file that owns the cluster resources (the stack files
     describe one shared cluster: exactly one of them owns)."""
-    owners = [s for s in rendered_stacks if config_of(s).platform.owns_cluster_resources]
+    owners = [s for s in rendered_stacks if validate_config(s).platform.owns_cluster_resources]
     assert len(owners) == 1, owners
     return rendered_stacks[owners[0]]
 
@@ -57,7 +53,7 @@ def test_exactly_one_stack_file_owns_the_shared_clusters_cloudstate(rendered_sta
         operators = [o for o in objects(rendered, "Deployment") if o["metadata"]["name"] == "cloudstate-operator"]
         expected = 2 if rendered is owner else 0
         assert (len(cloudstate_crds), 2 * len(operators)) == (expected, expected), stack
-    platform_namespaces = {config_of(s).platform.namespace for s in rendered_stacks}
+    platform_namespaces = {validate_config(s).platform.namespace for s in rendered_stacks}
     assert len(platform_namespaces) == len(rendered_stacks)  # no namespace is shared by two stacks
 
 
@@ -142,7 +138,7 @@ def test_custom_resources_depend_on_the_crds_and_the_operator(owner):
 
 
 def test_operator_service_account_is_bound_in_the_namespace_it_runs_in(owner):
-    namespace = config_of(owner.stack).platform.namespace
+    namespace = validate_config(owner.stack).platform.namespace
     deployment = find(owner, "Deployment", "cloudstate-operator")
     assert deployment["metadata"]["namespace"] == namespace
     assert pod_spec(deployment)["serviceAccountName"] == "cloudstate-operator"
@@ -170,10 +166,10 @@ def test_cluster_role_is_exactly_upstreams(owner):
 
 
 def test_operator_watches_exactly_the_namespaces_that_run_entities_on_its_cluster(owner, rendered_stacks):
-    config_map = find(owner, "ConfigMap", "cloudstate-operator-config", config_of(owner.stack).platform.namespace)
+    config_map = find(owner, "ConfigMap", "cloudstate-operator-config", validate_config(owner.stack).platform.namespace)
     watched = operator.parse_operator_config(config_map["data"]["config"])["watch.namespaces"]
     # Both stack files share one cluster: the owner's operator runs both stacks' entities.
-    assert watched == sorted(ns for stack in rendered_stacks for ns in own_namespaces(config_of(stack)))
+    assert watched == sorted(ns for stack in rendered_stacks for ns in own_namespaces(validate_config(stack)))
     entity_namespaces = {o["metadata"]["namespace"] for r in rendered_stacks.values() for o in r.manifests()
                          if o["apiVersion"] == crds.API_VERSION}
     assert set(watched) == entity_namespaces
@@ -253,7 +249,7 @@ def test_the_owner_also_watches_the_namespaces_of_the_stack_that_shares_its_clus
     rendered = variant("owner-external-cassandra")
     config_map = find(rendered, "ConfigMap", "cloudstate-operator-config")
     watched = operator.parse_operator_config(config_map["data"]["config"])["watch.namespaces"]
-    assert watched == sorted(own_namespaces(config_of("prod")) + SHARED_OWNER_WATCH)
+    assert watched == sorted(own_namespaces(validate_config("prod")) + SHARED_OWNER_WATCH)
 
 
 def test_both_stacks_custom_resources_validate_against_the_owners_crds():

@@ -16,8 +16,8 @@ from pydantic import Field
 from components.model import ConfigModel, DnsLabel
 from infra import cli, config_reference
 from infra.config import SECRET_KEYS, StackConfig, load
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = ROOT / "docs" / "operations.md"
 ARMADA = ROOT / "docs" / "armada.md"
 README = ROOT / "README.md"

@@ -20,7 +20,7 @@ import pytest
 from components import network
 from components.project_environment import MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL
 from infra import render
-from infra.checks import pod_spec
+from infra.checks import pod_spec, selects
 from tests.armada_variants import OWN_CLUSTER, config_of, variant
 from tests.conftest import objects
 
@@ -83,7 +83,7 @@ class Cluster:
         return False
 
     def _selects(self, policy: dict, pod: Pod) -> bool:
-        return policy["metadata"]["namespace"] == pod.namespace and selector_matches(policy["spec"]["podSelector"], pod.labels)
+        return policy["metadata"]["namespace"] == pod.namespace and selects(policy["spec"]["podSelector"], pod.labels)
 
     def _peer_matches(self, peer: dict, policy_namespace: str, other) -> bool:
         if "ipBlock" in peer:
@@ -98,32 +98,16 @@ class Cluster:
         if not isinstance(other, Pod):
             return False
         if "namespaceSelector" in peer:
-            if not selector_matches(peer["namespaceSelector"], self.namespaces.get(other.namespace, {})):
+            if not selects(peer["namespaceSelector"], self.namespaces.get(other.namespace, {})):
                 return False
         elif other.namespace != policy_namespace:
             return False
-        return selector_matches(peer.get("podSelector", {}), other.labels)
+        return selects(peer.get("podSelector", {}), other.labels)
 
 
 def policy_types(policy: dict) -> list[str]:
     spec = policy["spec"]
     return spec.get("policyTypes") or (["Ingress", "Egress"] if "egress" in spec else ["Ingress"])
-
-
-def selector_matches(selector: dict, labels: dict) -> bool:
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
-        if operator == "In" and labels.get(key) not in values:
-            return False
-        if operator == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if operator == "Exists" and key not in labels:
-            return False
-        if operator == "DoesNotExist" and key in labels:
-            return False
-    return True
 
 
 def port_matches(ports: Optional[list], port: int, protocol: str, target: Optional[Pod]) -> bool:

@@ -10,13 +10,9 @@ from components.project_environment import (
 from infra import checks
 from infra.config import DIGEST_REF, ConfigError, load
 from infra.delivery import PULL_SECRET_NAME
-from infra.render import StackFile
+from infra.render import validate_config
 from tests.cloudstate_variants import edited, variant
 from tests.conftest import find, objects
-
-
-def config_of(stack: str):
-    return load(StackFile.read(stack).values)
 
 
 def entity_namespaces(rendered) -> dict[str, str]:
@@ -25,7 +21,7 @@ def entity_namespaces(rendered) -> dict[str, str]:
 
 
 def test_each_project_gets_its_own_environment_namespace(rendered):
-    config = config_of(rendered.stack)
+    config = validate_config(rendered.stack)
     for project in config.projects:
         namespace = find(rendered, "Namespace", f"{project.name}-{rendered.stack}")
         labels = namespace["metadata"]["labels"]
@@ -37,7 +33,7 @@ def test_each_project_gets_its_own_environment_namespace(rendered):
 
 
 def test_one_stateful_service_per_entity_with_a_datastore_only_where_the_kind_needs_one(rendered):
-    config = config_of(rendered.stack)
+    config = validate_config(rendered.stack)
     services = {s["metadata"]["name"]: s for s in objects(rendered, "StatefulService")}
     expected = {f"{p.name}-{e.name}": e for p in config.projects for e in p.entities}
     expected["project-state"] = config.platform.project_state
@@ -53,7 +49,7 @@ def test_one_stateful_service_per_entity_with_a_datastore_only_where_the_kind_ne
 
 
 def test_entity_images_are_digest_pinned_and_are_the_exported_ones(rendered):
-    config = config_of(rendered.stack)
+    config = validate_config(rendered.stack)
     images = rendered.outputs["images"]
     for service in objects(rendered, "StatefulService"):
         [user] = service["spec"]["containers"]
@@ -81,7 +77,7 @@ def test_entity_pods_pull_with_the_registry_secret_and_read_pods_for_akka_bootst
 
 
 def test_every_entity_has_a_service_and_its_configured_replicas(rendered):
-    config = config_of(rendered.stack)
+    config = validate_config(rendered.stack)
     replicas = {f"{p.name}-{e.name}": e.replicas for p in config.projects for e in p.entities}
     replicas["project-state"] = config.platform.project_state.replicas
     for name, namespace in entity_namespaces(rendered).items():
@@ -107,7 +103,7 @@ def test_the_user_container_is_restricted_with_requests_and_limits(rendered):
 
 
 def test_project_state_runs_in_the_platform_namespace_with_its_own_store(rendered):
-    platform = config_of(rendered.stack).platform.namespace
+    platform = validate_config(rendered.stack).platform.namespace
     service = find(rendered, "StatefulService", "project-state", platform)
     store = find(rendered, "StatefulStore", service["spec"]["datastore"]["name"], platform)
     find(rendered, "StatefulSet", store["metadata"]["name"], platform)

@@ -20,11 +20,9 @@ from moto.server import ThreadedMotoServer
 
 from infra import cli, promote, registry_api, stack_file, state_backend
 from infra.promote import PromotionRefused
-from registry_server import (  # noqa: F401 (registry is a fixture)
-    PASSWORD, USERNAME, build_oci_image, ecr_manifest, free_port, registry,
-)
+from tests.conftest import ROOT
+from tests.registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
 SECURE_LINE = "  cloudstation:someToken:\n    secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==\n"
 PROMOTE = ["promote", "--from", "test", "--to", "prod"]
@@ -401,15 +399,7 @@ def s3_server():
         server.stop()
 
 
-@pytest.fixture
-def s3_env(monkeypatch):
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-
-
-def test_s3_backend_promotion(env, s3_env, s3_server, root, pushed):
+def test_s3_backend_promotion(env, aws_env, s3_server, root, pushed):
     s3 = boto3.client("s3", endpoint_url=f"http://{s3_server}", region_name="us-east-1")
     s3.create_bucket(Bucket="cloudstation-state")
     s3.put_object(
@@ -431,7 +421,7 @@ def test_s3_backend_promotion(env, s3_env, s3_server, root, pushed):
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 
 
-def test_ecr_promotion(s3_env, tmp_path):
+def test_ecr_promotion(aws_env, tmp_path):
     with mock_aws():
         ecr = boto3.client("ecr", region_name="us-east-1")
         refs: dict[str, dict[str, str]] = {}

@@ -1,7 +1,6 @@
 """Armada's Redis and Pulsar: settings validation, pure spec builders, and the components under mocks."""
 from __future__ import annotations
 
-import pulumi
 import pytest
 from pydantic import ValidationError
 
@@ -9,26 +8,16 @@ from components import pulsar as pulsar_module
 from components import redis as redis_module
 from components.pulsar import Pulsar, PulsarArgs, PulsarSettings
 from components.redis import Redis, RedisArgs, RedisSettings
-from infra import checks, validate
+from infra import validate
 from infra.render import Rendered
 from infra.versions import IMAGES
 from tests.armada_variants import config_of
-
-WORKLOAD_CHECKS = [
-    checks.restricted_violations, checks.resource_violations, checks.image_violations, checks.secret_env_violations,
-]
+from tests.conftest import container, run_mocked, standard_violations
 
 
 def build(mocked, make) -> tuple[list[dict], dict]:
     """Run `make()` (returns {name: Output}) under mocks; the Kubernetes objects and resolved outputs."""
-    resolved: dict = {}
-
-    @pulumi.runtime.test
-    def run():
-        outputs = make()
-        return pulumi.Output.all(**outputs).apply(resolved.update)
-
-    run()
+    resolved = run_mocked(make)
     return Rendered("unit", mocked.registrations, {}).manifests(), resolved
 
 
@@ -38,17 +27,8 @@ def vars_of(component) -> dict:
     return {name: getattr(component, name) for name in names}
 
 
-def standard_violations(objects: list[dict]) -> list[str]:
-    return [p for name, spec in checks.workloads(objects) for check in WORKLOAD_CHECKS for p in check(name, spec)]
-
-
 def only(objects: list[dict], kind: str) -> dict:
     [match] = [o for o in objects if o["kind"] == kind]
-    return match
-
-
-def container(spec: dict, name: str) -> dict:
-    [match] = [c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name]
     return match
 
 

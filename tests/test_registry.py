@@ -19,7 +19,7 @@ from infra import config as stack_config
 from infra.mocks import is_wrapped_secret
 from infra.program import StackContext
 from infra.render import ROOT
-from tests.conftest import find, objects, pod_spec
+from tests.conftest import find, objects, pod_spec, spec_violations
 
 REGISTRY_OBJECTS = {
     "Deployment": "registry", "Service": "registry", "NetworkPolicy": "registry",
@@ -141,9 +141,7 @@ def test_registry_pod_is_restricted_probed_and_bounded():
     spec = reg.deployment_spec("registry", versions.image("registry"), managed())
     pod = spec["template"]["spec"]
     name = "Deployment cloudstation/registry"
-    for check in (checks.restricted_violations, checks.resource_violations, checks.image_violations,
-                  checks.secret_env_violations):
-        assert check(name, pod) == []
+    assert spec_violations(name, pod) == []
     (container,) = pod["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["readinessProbe"]["httpGet"] == {"path": "/debug/health", "port": "debug"}

@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from infra import registry_api
 from infra.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
-from registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest, registry  # noqa: F401 (fixture)
+from tests.registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest
 
 LAYER_BYTES = 1 << 20
 
@@ -183,10 +183,7 @@ ECR_MANIFEST = ecr_manifest("d")
 
 
 @pytest.fixture
-def ecr(monkeypatch):
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+def ecr(aws_env):
     with mock_aws():
         client = boto3.client("ecr", region_name="us-east-1")
         client.create_repository(repositoryName="shop/cart")

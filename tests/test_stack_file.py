@@ -5,15 +5,13 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from infra import config as stack_config
 from infra import stack_file
 from infra.stack_file import StackFileError
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 def ref(n: int, name: str = "shop/cart", tag: str = "") -> str:

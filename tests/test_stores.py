@@ -15,19 +15,11 @@ from components import postgres as postgres_module
 from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
 from components.cloudstate_store import stateful_store_spec
 from components.postgres import Postgres, PostgresArgs, PostgresSettings, SecretRef
-from infra import checks, validate, versions
+from infra import validate, versions
 from infra.config import ConfigError, load
 from infra.render import StackFile
 from tests.cloudstate_variants import build, edited, manifests, validation_problems, variant
-from tests.conftest import find, objects, pod_spec
-
-WORKLOAD_CHECKS = [checks.restricted_violations, checks.resource_violations, checks.image_violations,
-                   checks.secret_env_violations]
-
-
-def container(spec: dict, name: str) -> dict:
-    [match] = [c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == name]
-    return match
+from tests.conftest import container, find, objects, pod_spec, spec_violations, standard_violations
 
 
 def env_of(container_: dict) -> dict[str, dict]:
@@ -66,9 +58,9 @@ def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentia
 
 
 def test_managed_postgres_runs_as_postgres_on_its_volume_with_probes(rendered):
-    statefulset = find(rendered, "StatefulSet", f"shop-postgres", f"shop-{rendered.stack}")
+    statefulset = find(rendered, "StatefulSet", "shop-postgres", f"shop-{rendered.stack}")
     spec = pod_spec(statefulset)
-    assert [p for check in WORKLOAD_CHECKS for p in check("postgres", spec)] == []
+    assert spec_violations("postgres", spec) == []
     assert spec["securityContext"]["runAsUser"] == spec["securityContext"]["fsGroup"] == 70
     server = container(spec, "postgres")
     assert server["image"] == versions.image("postgres")
@@ -97,8 +89,7 @@ def test_variant_stacks_validate_and_meet_the_standard():
     owner_crds = objects(owner, "CustomResourceDefinition")
     for rendered in (variant("non-owner"), owner):
         assert validation_problems(rendered, extra_crds=owner_crds) == []
-        specs = checks.workloads(rendered.manifests())
-        assert [p for name, spec in specs for check in WORKLOAD_CHECKS for p in check(name, spec)] == []
+        assert standard_violations(rendered.manifests()) == []
 
 
 def test_external_postgres_copies_the_named_secret_and_creates_the_database():

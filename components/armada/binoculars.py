@@ -4,11 +4,9 @@ from __future__ import annotations
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.armada.cluster import BINOCULARS_CLUSTER_ROLE, cluster_role_binding
+from components.armada.cluster import BINOCULARS_CLUSTER_ROLE
 from components.armada.config import BINOCULARS, BINOCULARS_PORTS, binoculars_config
-from components.armada.executor import binding_name
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.workload import ServiceSpec, config_args
 
@@ -35,11 +33,6 @@ class Binoculars(ArmadaService):
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Binoculars", name, opts)
         spec = binoculars_spec(args)
-        namespace = args.endpoints.namespace
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-binding",
-            **cluster_role_binding(binding_name(namespace, spec.name), BINOCULARS_CLUSTER_ROLE, spec.name, namespace),
-            opts=self.child_opts(),
-        )
+        self._bind_cluster_role(name, BINOCULARS_CLUSTER_ROLE, spec, args.endpoints.namespace)
         self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -75,6 +75,11 @@ def cluster_role(name: str, rules: list[dict]) -> dict:
     return {"metadata": {"name": name, "labels": cluster_labels(name)}, "rules": rules}
 
 
+def binding_name(namespace: str, service_account: str) -> str:
+    # Cluster-scoped: the namespace keeps test's and prod's bindings apart on one cluster.
+    return f"{namespace}-{service_account}"
+
+
 def cluster_role_binding(name: str, role: str, service_account: str, namespace: str) -> dict:
     return {
         "metadata": {"name": name, "labels": cluster_labels(role)},

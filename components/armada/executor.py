@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.armada.cluster import EXECUTOR_CLUSTER_ROLE, cluster_role_binding
+from components.armada.cluster import EXECUTOR_CLUSTER_ROLE
 from components.armada.config import EXECUTOR_PORTS, executor_config, executor_name
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.settings import ExecutorSettings
@@ -40,22 +39,12 @@ def executor_spec(args: ExecutorArgs) -> ServiceSpec:
     )
 
 
-def binding_name(namespace: str, service_account: str) -> str:
-    # Cluster-scoped: the namespace keeps test's and prod's bindings apart on one cluster.
-    return f"{namespace}-{service_account}"
-
-
 class Executor(ArmadaService):
     """Outputs: `service_name`. Its ClusterRoleBinding grants the shared executor ClusterRole."""
 
     def __init__(self, name: str, args: ExecutorArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Executor", name, opts)
         spec = executor_spec(args)
-        namespace = args.endpoints.namespace
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-binding",
-            **cluster_role_binding(binding_name(namespace, spec.name), EXECUTOR_CLUSTER_ROLE, spec.name, namespace),
-            opts=self.child_opts(),
-        )
+        self._bind_cluster_role(name, EXECUTOR_CLUSTER_ROLE, spec, args.endpoints.namespace)
         self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -12,6 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.armada.cluster import binding_name, cluster_role_binding
 from components.armada.config import CONFIG_FILE, Endpoints
 from components.armada.settings import ArmadaConfig
 from components.armada.workload import (
@@ -51,6 +52,14 @@ class ArmadaService(Component):
         super().__init__(type_, name, None, opts)
         self.service_name: Optional[pulumi.Output[str]] = None
         self.migration: Optional[k8s.batch.v1.Job] = None
+
+    def _bind_cluster_role(self, name: str, role: str, spec: ServiceSpec, namespace: str) -> None:
+        """Grants the shared ClusterRole `role` to the service's ServiceAccount in `namespace`."""
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            **cluster_role_binding(binding_name(namespace, spec.name), role, spec.name, namespace),
+            opts=self.child_opts(),
+        )
 
     def _deploy(
         self,
