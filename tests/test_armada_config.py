@@ -23,7 +23,8 @@ from components.armada.service import ArmadaArgs
 from components.armada.settings import ArmadaConfig
 from infra import config as stack_config
 
-REFERENCE = Path("/work/shared/reference/armada")
+# The team's reference folder sits beside the repository (../shared), as in CI's checkout.
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "armada"
 DEFAULTS = REFERENCE / "armada-v0.22.7" / "config"
 NOTES = REFERENCE / "NOTES.md"
 
