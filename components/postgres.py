@@ -257,6 +257,7 @@ class Postgres(Component):
                 opts=child,
             )
             self.service_name: Optional[str] = name
+            ports = [{"name": "postgres", "port": PORT, "targetPort": "postgres"}]
             headless = k8s.core.v1.Service(
                 f"{name}-headless",
                 metadata=kb.metadata(f"{name}-headless", args.namespace, "database"),
@@ -264,7 +265,7 @@ class Postgres(Component):
                     "clusterIP": "None",
                     "publishNotReadyAddresses": True,
                     "selector": kb.selector_labels(name),
-                    "ports": [{"name": "postgres", "port": PORT, "targetPort": "postgres"}],
+                    "ports": ports,
                 },
                 opts=child,
             )
@@ -274,7 +275,7 @@ class Postgres(Component):
                 spec={
                     "type": "ClusterIP",
                     "selector": kb.selector_labels(name),
-                    "ports": [{"name": "postgres", "port": PORT, "targetPort": "postgres"}],
+                    "ports": ports,
                 },
                 opts=child,
             )
