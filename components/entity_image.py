@@ -19,16 +19,35 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Annotated, Iterable, Optional
 
 import pulumi
 import pulumi_docker as docker
+from pydantic import AfterValidator
+
 from components.component import Component
+from components.model import problem
 
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
 TAG_LENGTH = 32
 """Hex digits of the sha256 content hash kept in the tag (128 bits)."""
+
+PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+"""One build platform, `os/arch[/variant]` as Docker spells it (e.g. linux/arm64, linux/arm/v7)."""
+
+
+def _build_platform(value: str) -> str:
+    if not PLATFORM.match(value):
+        raise problem(
+            "must be one platform os/arch[/variant], e.g. linux/amd64, linux/arm64 or linux/arm/v7 "
+            "(unset: the architecture of the machine running `pulumi up`)"
+        )
+    return value
+
+
+BuildPlatform = Annotated[str, AfterValidator(_build_platform)]
+"""A stack-config build platform (registry `buildPlatform`), checked before anything is registered."""
 
 GENERATED_LANGUAGES = ("javascript", "java")
 """Languages whose entities may omit a Dockerfile (one is generated); the others must bring one."""
@@ -199,7 +218,9 @@ class EntityImageArgs:
     """What to build and where to push it."""
 
     context: str
-    """Build context directory, relative to the directory of Pulumi.yaml (where `pulumi up` runs)."""
+    """Build context directory, relative to the program's working directory (infra/, Pulumi.yaml's
+    `main`), which the engine starts pulumi-docker in and which resolves it from there, e.g.
+    `../entities/shop/cart` (infra/engine_paths.py)."""
     dockerfile: str
     """Dockerfile path, same base (the entity's own, or a generated one outside the context)."""
     repository: str
@@ -212,7 +233,11 @@ class EntityImageArgs:
     """host[:port] the kubelet pulls from; the same registry storage, so the same digest."""
     username: pulumi.Input[str]
     password: pulumi.Input[str]
-    platform: str = "linux/amd64"
+    platform: Optional[str] = None
+    """`os/arch[/variant]`; None omits it, and pulumi-docker 5.2.0 builds for the machine running
+    `pulumi up`: provider/provider.go `Check` sets an unset `build.platform` to
+    `"linux/" + runtime.GOARCH` (of the provider plugin) before provider/image.go `dockerBuild`
+    passes it to the daemon (`ImageBuildOptions.Platform`)."""
 
 
 def pull_ref(pull_host: str, repository: str, tag: str, repo_digest: str) -> str:

@@ -31,6 +31,7 @@ from components import k8s as kube
 from components import network
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
+from components.entity_image import BuildPlatform
 
 PORT = 5000
 DEBUG_PORT = 5001
@@ -101,8 +102,10 @@ class RegistryConfig(ConfigModel):
     push_host: Optional[str] = None
     """Managed and shared: host[:port] `pulumi up` pushes to; unset means `localhost:<nodePort>`
     through a port-forward. Set it to the Ingress or LoadBalancer address to push without one."""
-    build_platform: str = Field(default="linux/amd64", pattern=r"^[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?$")
-    """Platform of the entity images the test stack builds (the nodes' OS/architecture)."""
+    build_platform: Optional[BuildPlatform] = None
+    """Platform of the entity images the test stack builds, `os/arch[/variant]` (e.g. `linux/arm64`):
+    the nodes' OS/architecture. Unset builds for the architecture of the machine running `pulumi up`
+    (pulumi-docker's default; docs/registry.md); set it when the nodes' architecture differs."""
     storage: kube.Storage = kube.Storage(size="20Gi")
     """Managed: the registry's persistent volume."""
     resources: kube.Resources = kube.Resources(

@@ -87,7 +87,8 @@ class EntityConfig(ConfigModel):
     language: Language
     """The CloudState SDK language of its source."""
     source: str
-    """Directory of the entity's source, relative to the directory of Pulumi.yaml."""
+    """Directory of the entity's source, relative to the directory of Pulumi.yaml (the program
+    passes it to pulumi-docker relative to its own directory, infra/)."""
     image: Optional[str] = None
     """Digest-pinned image (`repo[:tag]@sha256:…`). Required in prod, where it is written by
     `python -m infra promote`; in test, when set, it is deployed instead of building `source`."""
@@ -159,7 +160,26 @@ class KubernetesConfig(ConfigModel):
     """kubeconfig context to deploy to; unset means the current context."""
     render_yaml_to_directory: Optional[str] = None
     """With the Pulumi CLI: write manifests to this directory instead of applying them
-    (pulumi-kubernetes `renderYamlToDirectory`; Secrets are written in plain text there)."""
+    (pulumi-kubernetes `renderYamlToDirectory`; Secrets are written in plain text there). Relative
+    to the directory of Pulumi.yaml, like every path in stack config; the program passes it to the
+    provider relative to its own directory, infra/ (infra/engine_paths.py)."""
+
+    @field_validator("render_yaml_to_directory")
+    @classmethod
+    def _relative(cls, value: Optional[str]) -> Optional[str]:
+        # An absolute path differs between checkouts, and pulumi-kubernetes' DiffConfig replaces
+        # the provider, so every object, when renderYamlToDirectory changes (provider.go).
+        if value is not None and (not value or Path(value).is_absolute() or value.startswith("~")):
+            raise problem("must be a directory relative to the directory of Pulumi.yaml, e.g. rendered/test")
+        return value
+
+    @model_validator(mode="after")
+    def _render_without_context(self) -> "KubernetesConfig":
+        # pulumi-kubernetes provider.go CheckConfig: `"context" arg is not compatible with
+        # "renderYamlToDirectory" arg`; say so before anything is registered.
+        if self.render_yaml_to_directory is not None and self.context is not None:
+            raise problem("not allowed together with renderYamlToDirectory (the provider rejects both)", ".context", self.context)
+        return self
 
 
 class PlatformConfig(ConfigModel):

@@ -195,8 +195,10 @@ def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[s
         image = EntityImage(
             f"image-{project}-{entity.name}",
             EntityImageArgs(
-                context=Path(entity.source).as_posix(),
-                dockerfile=dockerfile,
+                # Relative to the program's directory (infra/), where the engine starts
+                # pulumi-docker, which opens them as given (infra/engine_paths.py).
+                context=stack.path(entity.source),
+                dockerfile=stack.path(dockerfile),
                 repository=access.repository(project, entity.name),
                 tag=content_tag(stack.root / entity.source, text),
                 push_host=access.push_host or access.pull_host,

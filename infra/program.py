@@ -5,7 +5,7 @@ outputs it contributes. Nothing is registered before the whole config has been v
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
@@ -13,9 +13,11 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from infra import config as stack_config
+from infra.engine_paths import from_program
 
 ROOT = Path(__file__).resolve().parent.parent
-"""The directory of Pulumi.yaml; entity source paths are relative to it."""
+"""The directory of Pulumi.yaml; paths in stack config (entity sources, renderYamlToDirectory)
+are relative to it."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,13 @@ class StackContext:
     stack: str
     provider: k8s.Provider
     root: Path = ROOT
+    cwd: Path = field(default_factory=Path.cwd)
+    """The program's working directory, which the engine also starts every provider in
+    (Pulumi.yaml `main`: infra/): path inputs are relative to it (infra/engine_paths.py)."""
+
+    def path(self, from_root: str | Path) -> str:
+        """A path of the stack config (relative to root) as a provider input (relative to cwd)."""
+        return from_program(from_root, self.root, self.cwd)
 
     @property
     def opts(self) -> pulumi.ResourceOptions:
@@ -41,19 +50,23 @@ def read_config() -> stack_config.StackConfig:
         raise pulumi.RunError(str(error)) from None
 
 
-def provider_args(kubernetes: stack_config.KubernetesConfig) -> dict:
+def provider_args(kubernetes: stack_config.KubernetesConfig, root: Path = ROOT, cwd: Path | None = None) -> dict:
+    """The Kubernetes provider's inputs; `renderYamlToDirectory` relative to `cwd` (default: the
+    working directory), where the engine starts the provider that writes there."""
     args: dict = {"enable_server_side_apply": True}
     if kubernetes.context:
         args["context"] = kubernetes.context
     if kubernetes.render_yaml_to_directory:
-        args["render_yaml_to_directory"] = kubernetes.render_yaml_to_directory
+        directory = kubernetes.render_yaml_to_directory
+        args["render_yaml_to_directory"] = from_program(directory, root, cwd or Path.cwd())
     return args
 
 
 def main() -> None:
     config = read_config()
-    provider = k8s.Provider("kubernetes", **provider_args(config.kubernetes))
-    stack = StackContext(config=config, stack=pulumi.get_stack(), provider=provider)
+    cwd = Path.cwd()
+    provider = k8s.Provider("kubernetes", **provider_args(config.kubernetes, ROOT, cwd))
+    stack = StackContext(config=config, stack=pulumi.get_stack(), provider=provider, cwd=cwd)
 
     # Areas are imported here so that a bad config fails before their modules do any work.
     from infra import areas

@@ -13,6 +13,7 @@ with every secret value replaced by "[secret]".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import runpy
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pulumi.runtime.settings
 import yaml
 
 from infra import config as stack_config
+from infra import engine_paths
 from infra.mocks import ProgramMocks, RecordingMonitor, Registration, is_wrapped_secret
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,12 +170,17 @@ def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None) -
             secret = await output.is_secret()
             outputs[name] = SECRET if secret else clean(await output.future())
 
+    # The engine runs the program in the directory Pulumi.yaml's `main` names, and path inputs
+    # are relative to it (infra/engine_paths.py); run it there, whatever the caller's cwd.
+    program_dir, main = engine_paths.program_entry(root)
+
     @pulumi.runtime.test
     def run():
-        runpy.run_path(str(root / "infra"), run_name="__main__")
+        runpy.run_path(str(program_dir / main), run_name="__main__")
         return pulumi.Output.from_input(asyncio.ensure_future(collect_outputs()))
 
-    run()
+    with contextlib.chdir(program_dir):
+        run()
     registrations = sorted(mocks.registrations, key=lambda r: r.urn)
     return Rendered(stack=stack, registrations=registrations, outputs=dict(sorted(outputs.items())))
 

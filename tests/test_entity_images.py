@@ -2,6 +2,7 @@
 EntityImage component, and the images both stack files build (test) or deploy as given (prod)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,7 @@ from components.entity_image import (
 from infra import config as stack_config
 from infra import delivery, render, versions
 from infra.config import DIGEST_REF
+from infra.engine_paths import program_dir
 from infra.mocks import is_wrapped_secret
 from infra.render import ROOT
 
@@ -262,6 +264,61 @@ def test_entity_image_builds_and_pushes_under_the_push_host_and_returns_the_pull
     check()
 
 
+def test_entity_image_omits_the_platform_unless_one_is_set(mocked):
+    """No platform: pulumi-docker 5.2.0 builds for the machine running `pulumi up` (its Check sets
+    an unset build.platform to linux/<GOARCH>), so arm64 hosts build arm64 images."""
+    args = EntityImageArgs(
+        context="../entities/shop/cart", dockerfile="../entities/shop/cart/Dockerfile", repository="shop/cart",
+        tag="abc", push_host="localhost:32000", pull_host="localhost:32000", username="u", password="p",
+    )
+
+    @pulumi.runtime.test
+    def check():
+        image = EntityImage("image-shop-cart", args)
+
+        def verify(_):
+            (built,) = [r for r in mocked.registrations if r.type == DOCKER_IMAGE]
+            assert built.inputs["build"] == {"context": "../entities/shop/cart", "dockerfile": "../entities/shop/cart/Dockerfile"}
+
+        return image.ref.apply(verify)
+
+    check()
+
+
+def registry_values(**registry) -> dict:
+    values = render.StackFile.read("test").values
+    platform = json.loads(values["cloudstation:platform"])
+    platform["registry"] = {**platform.get("registry", {}), **registry}
+    return {**values, "cloudstation:platform": json.dumps(platform)}
+
+
+def test_build_platform_defaults_to_unset():
+    assert render.validate_config("test").platform.registry.build_platform is None
+    assert stack_config.load(registry_values(), root=ROOT).platform.registry.build_platform is None
+
+
+@pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64", "linux/arm/v7", "linux/riscv64"])
+def test_build_platform_accepts_os_arch_and_variant(platform):
+    config = stack_config.load(registry_values(buildPlatform=platform), root=ROOT)
+    assert config.platform.registry.build_platform == platform
+
+
+@pytest.mark.parametrize("platform", ["amd64", "linux/amd64,linux/arm64", "Linux/ARM64", "linux/arm/v7/x", "", "linux/"])
+def test_a_bad_build_platform_is_a_config_error_naming_the_key(platform):
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(registry_values(buildPlatform=platform), root=ROOT)
+    [problem] = error.value.problems
+    assert problem.startswith(f"cloudstation:platform.registry.buildPlatform: {platform!r} — must be one platform os/arch[/variant]")
+
+
+def test_a_set_build_platform_reaches_every_image():
+    stack_file = render.StackFile.read("test")
+    stack_file.values = registry_values(buildPlatform="linux/arm64")
+    rendered = render.render("test", stack_file=stack_file)
+    builds = [r.inputs["build"] for r in rendered.of_type(DOCKER_IMAGE)]
+    assert builds and {build.get("platform") for build in builds} == {"linux/arm64"}
+
+
 def test_generated_dockerfiles_are_written_outside_the_context_at_a_stable_path(tmp_path):
     raw = entity_config(tmp_path, "javascript", {"index.js": "x"})
     config = stack_config.load(raw, root=tmp_path)
@@ -286,6 +343,8 @@ def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
     if rendered.stack == "test":
         assert built == {f"image-{key.replace('/', '-')}-image" for key in entity_keys(config)}
         assert "image-platform-project-state-image" in built
+        # The stack files set no buildPlatform: pulumi-docker builds for the host's platform.
+        assert all("platform" not in r.inputs["build"] for r in rendered.of_type(DOCKER_IMAGE))
     else:
         assert built == set()
         assert rendered.of_type("cloudstation:delivery:EntityImage") == []
@@ -309,7 +368,12 @@ def test_test_stack_tags_are_the_content_hash_of_each_source(rendered_stacks):
         tag = content_tag(ROOT / entity.source, text)
         (built,) = [r for r in rendered.of_type(DOCKER_IMAGE) if r.name == f"image-{project}-{entity.name}-image"]
         assert built.inputs["imageName"].endswith(f"/{project}/{entity.name}:{tag}")
-        assert built.inputs["build"]["context"] == entity.source
+        # Relative to the program's directory, where the engine starts pulumi-docker (infra/engine_paths.py).
+        context = built.inputs["build"]["context"]
+        assert not os.path.isabs(context)
+        assert Path(os.path.normpath(program_dir(ROOT) / context)) == ROOT / entity.source
+        dockerfile = Path(os.path.normpath(program_dir(ROOT) / built.inputs["build"]["dockerfile"]))
+        assert dockerfile.read_text() == text
         assert rendered.outputs["images"][f"{project}/{entity.name}"].split("@")[0].endswith(f":{tag}")
 
 
