@@ -60,13 +60,17 @@ class PulsarSettings(ConfigModel):
     volume (small and test installs); `external` uses an existing Pulsar cluster (prod-size)."""
 
     mode: Literal["managed", "external"] = "managed"
+    # The defaults fit a developer's cluster: broker, bookie and metadata store in one JVM with
+    # the heap of Pulsar's small-cluster examples plus some (they give broker and bookie 256m each).
+    # Standalone sizes the bookie's write and read-ahead caches from the direct memory
+    # (apache/pulsar PulsarStandalone.calculateCacheSize: direct / 2 instances / 4 each, 32 MB here).
     resources: kube.Resources = kube.Resources(
-        cpu_request="500m", memory_request="2Gi", cpu_limit="2", memory_limit="2Gi"
+        cpu_request="250m", memory_request="1Gi", cpu_limit="1", memory_limit="1152Mi"
     )
     """managed: requests and limits of the broker container (the JVM sizes below must fit)."""
-    heap: str = Field(default="512m", pattern=JVM_SIZE)
-    """managed: JVM heap (-Xms/-Xmx), e.g. `512m`, `1g`."""
-    direct_memory: str = Field(default="512m", pattern=JVM_SIZE)
+    heap: str = Field(default="384m", pattern=JVM_SIZE)
+    """managed: JVM heap (-Xms/-Xmx), e.g. `384m`, `1g`."""
+    direct_memory: str = Field(default="256m", pattern=JVM_SIZE)
     """managed: JVM direct memory (-XX:MaxDirectMemorySize) for Netty and BookKeeper buffers."""
     storage: kube.Storage = kube.Storage(size="10Gi")
     """managed: the data volume (bookie ledgers and metadata)."""

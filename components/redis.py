@@ -42,9 +42,10 @@ class RedisSettings(ConfigModel):
     port: int = Field(default=6379, ge=1, le=65535)
     """Port the managed Redis listens on, or the external Redis's port."""
     resources: kube.Resources = kube.Resources(
-        cpu_request="100m", memory_request="128Mi", cpu_limit="500m", memory_limit="512Mi"
+        cpu_request="25m", memory_request="64Mi", cpu_limit="500m", memory_limit="256Mi"
     )
-    """managed: requests and limits of the Redis container."""
+    """managed: requests and limits of the Redis container (`maxmemory` is 70% of the limit).
+    The default suits a developer's cluster; docs/armada.md has a prod size."""
     storage: kube.Storage = kube.Storage(size="2Gi")
     """managed: the data volume (append-only file and snapshots)."""
     append_only: bool = True

@@ -264,6 +264,60 @@ def test_migration_jobs_run_the_right_commands(rendered):
     assert " -d postgres " in psql
 
 
+def replaced_on_next_up(job: dict, live_status: dict) -> bool:
+    """pulumi-kubernetes v4.34.2's Diff for a Job that is in state (provider/pkg/provider/provider.go:
+    `metadata.ReplaceUnready(newInputs)` and kind Job -> replace unless the live Job passes the Job
+    checker, pkg/await/checker/job: started and condition Complete True). The annotation's value
+    must be exactly "true" (metadata.IsAnnotationTrue)."""
+    annotations = job["metadata"].get("annotations") or {}
+    if annotations.get("pulumi.com/replaceUnready") != "true" or job["kind"] != "Job":
+        return False
+    conditions = {c["type"]: c["status"] for c in live_status.get("conditions", [])}
+    ready = bool(live_status.get("startTime")) and conditions.get("Complete") == "True"
+    return not ready
+
+
+def migration_jobs(rendered) -> list[dict]:
+    """The Armada services' Jobs (the dependencies' own Jobs are their components')."""
+    return [
+        o for o in objects(rendered, "Job")
+        if o["metadata"]["namespace"] == namespace_of(rendered)
+        and any(c["image"].startswith("docker.io/gresearch/armada-") for c in pod_spec(o)["containers"])
+    ]
+
+
+def test_a_failed_migration_job_is_replaced_on_the_next_up(rendered):
+    jobs = migration_jobs(rendered)
+    assert {j["metadata"]["name"] for j in jobs} == {"armada-scheduler-migration", "armada-lookout-migration"}
+    failed = {"startTime": "2026-01-01T00:00:00Z", "conditions": [{"type": "Failed", "status": "True"}]}
+    done = {"startTime": "2026-01-01T00:00:00Z", "conditions": [{"type": "Complete", "status": "True"}]}
+    for job in jobs:
+        name = job["metadata"]["name"]
+        assert replaced_on_next_up(job, failed), name
+        assert replaced_on_next_up(job, {}), name  # never started (e.g. the up was interrupted)
+        assert not replaced_on_next_up(job, done), name  # a completed migration stays
+        # Same name -> the provider deletes the old Job before creating the new one; an explicit
+        # deleteBeforeReplace: false would override that (and the Job's name would clash).
+        registration_ = registration(rendered, "kubernetes:batch/v1:Job", name)
+        assert registration_.inputs["metadata"]["name"] == name
+        assert getattr(registration_, "options", {}).get("deleteBeforeReplace", True) is True, name
+
+
+def test_single_writer_services_never_run_twice_during_a_rollout(rendered):
+    """The scheduler (leader.mode standalone: every instance leads) and each executor (its cluster
+    id is its identity) must stop before their replacement starts: Recreate, never RollingUpdate."""
+    found = deployments(rendered)
+    single_writers = {"armada-scheduler", *executors(rendered)}
+    assert config_of(rendered).platform.armada.executors and single_writers <= set(found)
+    for name, deployment in found.items():
+        strategy = deployment["spec"]["strategy"]
+        if name in single_writers:
+            assert strategy == {"type": "Recreate"}, name
+        else:
+            # The others may overlap; they must never be unavailable during a rollout.
+            assert strategy["type"] == "RollingUpdate" and strategy["rollingUpdate"]["maxUnavailable"] == 0, name
+
+
 def test_external_database_job_does_not_connect_to_a_database_it_creates():
     from components.postgres import create_databases_job_spec
 

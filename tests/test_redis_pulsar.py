@@ -152,7 +152,10 @@ def test_managed_pulsar_is_one_standalone_broker_with_auto_created_topics(mocked
     env = {e["name"]: e["value"] for e in broker["env"]}
     assert env["PULSAR_PREFIX_allowAutoTopicCreation"] == "true"
     assert env["PULSAR_PREFIX_allowAutoTopicCreationType"] == "non-partitioned"
-    assert env["PULSAR_MEM"] == "-Xms512m -Xmx512m -XX:MaxDirectMemorySize=512m"
+    defaults = PulsarSettings()
+    assert env["PULSAR_MEM"] == (
+        f"-Xms{defaults.heap} -Xmx{defaults.heap} -XX:MaxDirectMemorySize={defaults.direct_memory}"
+    )
     assert broker["readinessProbe"]["httpGet"] == {"path": "/admin/v2/brokers/health", "port": "http"}
     # Pulsar serves no /status.gif, and /status.html is 404 without a statusFilePath file: probes
     # there would restart the broker forever. /admin/v2/brokers/ready answers once it started.

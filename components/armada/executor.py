@@ -35,6 +35,10 @@ def executor_spec(args: ExecutorArgs) -> ServiceSpec:
         health=True,
         api_access=True,  # it creates and watches job pods
         termination_grace_seconds=5,  # as upstream Helm
+        # Its cluster id is its identity at the scheduler (v0.22.7 internal/scheduler/api.go,
+        # LeaseJobRuns: StoreExecutor and FetchJobRunLeases by ExecutorId); two pods with one id
+        # would both be leased the same new runs and both try to start them.
+        single_writer=True,
         pod_labels=SCHEDULER_CLIENT,  # leases jobs from the scheduler
     )
 

@@ -22,6 +22,10 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
         health=True,
+        # leader.mode standalone: every scheduler process considers itself the leader
+        # (v0.22.7 internal/leaderelection/leader.go, StandaloneLeaderController), so two during
+        # a rollout would both schedule and lease the same jobs.
+        single_writer=True,
         callers={"grpc": SCHEDULER_CLIENTS if settings.restrict_grpc else None},
     )
 

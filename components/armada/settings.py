@@ -24,11 +24,24 @@ DNS_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 CRON = r"^(@(hourly|daily|weekly|monthly|yearly|annually|midnight)|(\S+\s+){4}\S+)$"
 """A Kubernetes CronJob schedule: five fields or one of the @ macros."""
 
-SERVICE_RESOURCES = Resources(cpu_request="200m", memory_request="512Mi", cpu_limit="300m", memory_limit="1Gi")
-"""Upstream Helm defaults of every Armada service (armada/NOTES.md §12)."""
+# Defaults are sized for a developer's cluster (the whole Armada of Pulumi.test.yaml, with its
+# PostgreSQL, Redis and Pulsar, requests at most 1 CPU and 2.5 GiB; tests/test_armada_fit.py):
+# requests are what an idle Go service uses, limits leave room to start and to burst (GOMEMLIMIT
+# follows the memory limit). Upstream Helm's 200m/512Mi -> 300m/1Gi per service (NOTES §12) is
+# the prod-size example in docs/armada.md.
+SERVICE_RESOURCES = Resources(cpu_request="25m", memory_request="64Mi", cpu_limit="500m", memory_limit="256Mi")
+"""Default of the small services: ingesters, Lookout, binoculars."""
+SERVER_RESOURCES = Resources(cpu_request="50m", memory_request="128Mi", cpu_limit="1", memory_limit="512Mi")
+SCHEDULER_RESOURCES = Resources(cpu_request="100m", memory_request="192Mi", cpu_limit="1", memory_limit="1Gi")
+"""The scheduler keeps the queued and running jobs in memory."""
+EXECUTOR_RESOURCES = Resources(cpu_request="50m", memory_request="96Mi", cpu_limit="500m", memory_limit="512Mi")
+"""The executor caches the cluster's nodes and its job pods."""
 
-JOB_RESOURCES = Resources(cpu_request="100m", memory_request="128Mi", cpu_limit="200m", memory_limit="256Mi")
-"""Upstream Helm defaults of the migration Jobs (armada/NOTES.md §12)."""
+POSTGRES_RESOURCES = Resources(cpu_request="50m", memory_request="128Mi", cpu_limit="1", memory_limit="512Mi")
+"""Armada's managed PostgreSQL (two small databases; shared_buffers is 128MB by default)."""
+
+JOB_RESOURCES = Resources(cpu_request="25m", memory_request="64Mi", cpu_limit="500m", memory_limit="256Mi")
+"""Migration Jobs and pruning CronJobs (upstream Helm: 100m/128Mi -> 200m/256Mi)."""
 
 
 class ServiceSettings(ConfigModel):
@@ -36,7 +49,7 @@ class ServiceSettings(ConfigModel):
 
     replicas: int = Field(default=1, ge=1, le=10)
     resources: Resources = SERVICE_RESOURCES
-    """Requests and limits (default: upstream Helm's 200m/512Mi -> 300m/1Gi)."""
+    """Requests and limits (default 25m/64Mi -> 500m/256Mi; docs/armada.md has prod sizes)."""
     extra: dict[str, Any] = {}
     """Deep-merged over the generated override config (Armada's own camelCase keys)."""
 
@@ -52,6 +65,8 @@ class PruningSettings(ConfigModel):
 class ServerSettings(ServiceSettings):
     """The Armada API server (gRPC 50051, REST 8080)."""
 
+    resources: Resources = SERVER_RESOURCES
+    """Requests and limits (default 50m/128Mi -> 1/512Mi)."""
     public_rest_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
     """The server's REST URL as users' browsers reach it (Lookout calls it from the browser);
     unset means `http://localhost:8080`, a port-forward of the server's Service."""
@@ -64,6 +79,8 @@ class SchedulerSettings(ServiceSettings):
 
     replicas: int = 1
     """Only 1: more replicas need `leader.mode: kubernetes` and Lease RBAC (G10)."""
+    resources: Resources = SCHEDULER_RESOURCES
+    """Requests and limits (default 100m/192Mi -> 1/1Gi)."""
     pools: list[DnsLabel] = Field(default=["default"], min_length=1)
     """Pools the scheduler schedules; every executor's pool must be one of them (G5)."""
     pruning: PruningSettings = PruningSettings()
@@ -99,6 +116,8 @@ class ExecutorSettings(ServiceSettings):
     """Armada's `application.clusterId`; unset means `name`."""
     replicas: int = 1
     """Only 1: Armada runs one executor per cluster (G10)."""
+    resources: Resources = EXECUTOR_RESOURCES
+    """Requests and limits (default 50m/96Mi -> 500m/512Mi)."""
 
     @field_validator("replicas")
     @classmethod
@@ -218,9 +237,9 @@ class ArmadaConfig(ConfigModel):
     topics: PulsarTopics = PulsarTopics()
     redis_db: int = Field(default=1, ge=0, le=15)
     """Redis database of the job-set events (server eventsApiRedis = event ingester redis)."""
-    postgres: PostgresSettings = PostgresSettings(username="armada", database="lookout")
+    postgres: PostgresSettings = PostgresSettings(username="armada", database="lookout", resources=POSTGRES_RESOURCES)
     """PostgreSQL of the `scheduler` and `lookout` databases: `managed` or `external`
-    (components/postgres.py); its Job creates both databases."""
+    (components/postgres.py); its Job creates both databases. Managed default: 50m/128Mi -> 1/512Mi."""
     postgres_ssl_mode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "disable"
     """libpq `sslmode` of the services' PostgreSQL connections (e.g. `require` for a cloud database)."""
     redis: RedisSettings = RedisSettings()

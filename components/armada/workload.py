@@ -50,6 +50,9 @@ class ServiceSpec:
     api_access: bool = False
     """Whether the pod needs a Kubernetes API token (executor, binoculars)."""
     termination_grace_seconds: Optional[int] = None
+    single_writer: bool = False
+    """Two pods must never run at once, not even during a rollout (the scheduler, each executor):
+    its Deployment uses the Recreate strategy, so the old pod is gone before the new one starts."""
     pod_labels: dict[str, str] = field(default_factory=dict)
     """Extra labels of its pods (e.g. SCHEDULER_CLIENT)."""
     callers: dict[str, Optional[tuple[dict, ...]]] = field(default_factory=dict)
@@ -132,6 +135,10 @@ def service_container(spec: ServiceSpec) -> dict:
     return container(spec.name, spec.image, spec.args, spec.env, spec.resources, spec.ports, spec.health)
 
 
+ROLLING_UPDATE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+"""Services that may run twice for a moment: the new pod is ready before the old one goes."""
+
+
 def deployment(
     spec: ServiceSpec, namespace: Any, config_map: Any, config_checksum: Any, service_account: Any = None
 ) -> dict:
@@ -140,6 +147,7 @@ def deployment(
         "metadata": metadata(spec.name, namespace, COMPONENT),
         "spec": {
             "replicas": spec.replicas,
+            "strategy": {"type": "Recreate"} if spec.single_writer else ROLLING_UPDATE,
             "selector": {"matchLabels": selector_labels(spec.name)},
             "template": {
                 "metadata": {
@@ -262,9 +270,20 @@ def job_spec(task: TaskSpec, service: ServiceSpec, config_map: Any, service_acco
     }
 
 
+REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
+"""On a migration Job: a Job that failed (or never completed) is replaced on the next `pulumi up`
+instead of being awaited again. Without it the failed Job stays in state with an init error, the
+engine retries it as an in-place update, which waits on the same failed Job and fails, and so
+does every later up. pulumi-kubernetes v4.34.2 `provider/pkg/provider/provider.go` (Diff): when
+`metadata.ReplaceUnready` (the annotation's value is exactly the string "true",
+`provider/pkg/metadata/annotations.go` IsAnnotationTrue) and the kind is Job, the live Job is read
+and, unless the Job checker (`pkg/await/checker/job`: started and condition Complete) passes, the
+diff is a replacement; the Job keeps its name, so it is deleted before the new one is created."""
+
+
 def job(task: TaskSpec, service: ServiceSpec, namespace: Any, config_map: Any, service_account: Any = None) -> dict:
     return {
-        "metadata": metadata(task.name, namespace, COMPONENT),
+        "metadata": metadata(task.name, namespace, COMPONENT, annotations=dict(REPLACE_UNREADY)),
         "spec": job_spec(task, service, config_map, service_account),
     }
 
