@@ -88,6 +88,8 @@ class Registration:
     provider: str
     dependencies: list[str]
     inputs: dict
+    options: dict = field(default_factory=dict)
+    """The resource options the engine acts on (`request_options`): only those set, by wire name."""
 
 
 @dataclass
@@ -123,6 +125,35 @@ class ProgramMocks(pulumi.runtime.Mocks):
         return {}
 
 
+def request_options(request) -> dict:
+    """The options of a RegisterResourceRequest that change what the engine does on update or
+    delete, by their wire names; unset ones are left out. `deleteBeforeReplace` is kept when the
+    program set it either way: an explicit False overrides the provider's own delete-before-replace
+    (pulumi/pulumi pkg/resource/deploy/step_generator.go: `goal.DeleteBeforeReplace` wins over
+    `diff.DeleteBeforeReplace`), and the Python SDK sends it only with `deleteBeforeReplaceDefined`
+    (sdk/python/lib/pulumi/runtime/resource.py `register_resource`)."""
+    options: dict = {}
+    if request.protect:
+        options["protect"] = True
+    if request.retainOnDelete:
+        options["retainOnDelete"] = True
+    if request.deleteBeforeReplaceDefined:
+        options["deleteBeforeReplace"] = bool(request.deleteBeforeReplace)
+    if request.ignoreChanges:
+        options["ignoreChanges"] = list(request.ignoreChanges)
+    if request.replaceOnChanges:
+        options["replaceOnChanges"] = list(request.replaceOnChanges)
+    if request.HasField("customTimeouts"):
+        timeouts = {
+            key: getattr(request.customTimeouts, key)
+            for key in ("create", "update", "delete")
+            if getattr(request.customTimeouts, key)
+        }
+        if timeouts:
+            options["customTimeouts"] = timeouts
+    return options
+
+
 class RecordingMonitor(MockMonitor):
     """A MockMonitor that also keeps what the engine would know: parent, provider, dependencies."""
 
@@ -143,6 +174,7 @@ class RecordingMonitor(MockMonitor):
                 provider=request.provider,
                 dependencies=list(request.dependencies),
                 inputs=inputs,
+                options=request_options(request),
             )
             with self._lock:
                 self.mocks.registrations.append(registration)

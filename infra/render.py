@@ -5,7 +5,8 @@ No Pulumi CLI, cluster, Docker engine or network is used. `render(stack)` evalua
 and returns every registration; `write()` turns that into
 
     manifests.yaml   every Kubernetes object, in apply order (namespaces and CRDs first)
-    resources.json   every Pulumi resource: type, name, parent, provider, dependencies, inputs
+    resources.json   every Pulumi resource: type, name, parent, provider, dependencies, the
+                     options the engine acts on (protect, deleteBeforeReplace, ...), inputs
     outputs.json     the stack outputs
 
 with every secret value replaced by "[secret]".
@@ -85,6 +86,7 @@ class Rendered:
                 "parent": r.parent or None,
                 "provider": r.provider or None,
                 "dependsOn": sorted(r.dependencies),
+                "options": r.options,
                 "inputs": clean(r.inputs),
             }
             for r in self.registrations

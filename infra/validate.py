@@ -14,8 +14,10 @@ import jsonschema
 import kubernetes_validate
 import kubernetes_validate.utils
 
-SUPPORTED_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
-"""Kubernetes minor versions the platform supports and the tests validate against."""
+SUPPORTED_VERSIONS = ["1.33", "1.34", "1.35", "1.36", "1.37"]
+"""Kubernetes minor versions the platform supports and the tests validate against: the releases
+still maintained upstream (1.29 to 1.32 reached end of life). kubernetes-validate 1.37.0
+(requirements.txt) carries the schemas of each; docs state this range (tests/test_docs.py)."""
 
 # Every call re-reads a 1.8 MB definitions file; caching makes validation ~5x faster.
 if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):

@@ -69,9 +69,11 @@ def variant(name: str) -> render.Rendered:
 
 def validation_problems(rendered: render.Rendered, extra_crds=()) -> list[str]:
     """Schema problems of every object (Secrets with their keys, see `manifests`)."""
-    from infra.validate import validate_all
+    from infra.validate import SUPPORTED_VERSIONS, validate_all
 
-    return validate_all(manifests(rendered.registrations), versions=["1.29", "1.33"], extra_crds=extra_crds)
+    # The oldest and newest supported versions (every one is checked on the stack files).
+    versions = [SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1]]
+    return validate_all(manifests(rendered.registrations), versions=versions, extra_crds=extra_crds)
 
 
 def manifests(registrations) -> list[dict]:

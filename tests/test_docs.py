@@ -381,3 +381,31 @@ def test_workflow_secrets_are_the_documented_ones():
     section = OPERATIONS.read_text(encoding="utf-8").split("### Secrets", 1)[1].split("\n### ", 1)[0]
     documented = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
     assert used and used == documented
+
+
+# --- supported Kubernetes versions ------------------------------------------------------------------
+
+# "1.33 to 1.37", "1.33–1.37" (a Kubernetes range) and "1.33+" (a lower bound); not an image tag.
+_K8S_RANGE = re.compile(r"(?<![\w.:/-])(1\.\d\d)\s*(?:to|–|-)\s*(1\.\d\d)(?![\w.])")
+_K8S_FLOOR = re.compile(r"(?<![\w.:/-])(1\.\d\d)\+")
+
+
+def test_docs_state_the_supported_kubernetes_versions():
+    """Every Kubernetes version range README.md and docs/ state is infra/validate.py's
+    SUPPORTED_VERSIONS, the versions every object is validated against; README states it."""
+    from infra.validate import SUPPORTED_VERSIONS
+
+    supported = (SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1])
+    stated: dict[str, list[tuple[str, ...]]] = {}
+    for path in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        found = _K8S_RANGE.findall(text) + [(floor,) for floor in _K8S_FLOOR.findall(text)]
+        if found:
+            stated[path.relative_to(ROOT).as_posix()] = found
+    assert any(README.name == name for name in stated), "README.md states no supported Kubernetes range"
+    wrong = {
+        name: ranges
+        for name, ranges in stated.items()
+        if any(r != supported[: len(r)] for r in ranges)
+    }
+    assert not wrong, f"Kubernetes versions stated other than {supported[0]} to {supported[1]}: {wrong}"

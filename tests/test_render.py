@@ -155,3 +155,38 @@ def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
     assert port_forwards(render.stack_config.load(stack_file(OWN_CLUSTER).values)) == []
     result = run_cli("port-forwards", "--stack", "test")
     assert result.returncode == 0 and result.stdout.splitlines()[0] == "cloudstation registry 32000:5000"
+
+
+def test_resources_json_records_the_options_the_engine_acts_on(mocked, tmp_path):
+    """protect, retainOnDelete, deleteBeforeReplace (either way: False overrides the provider's
+    own delete-before-replace), ignoreChanges, replaceOnChanges and customTimeouts, as the
+    RegisterResourceRequest carries them; unset options are left out."""
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    from tests.conftest import run_mocked
+
+    def make():
+        k8s.core.v1.ConfigMap("plain", metadata={"name": "plain"}, data={"a": "b"})
+        k8s.core.v1.ConfigMap(
+            "guarded",
+            metadata={"name": "guarded"},
+            data={"a": "b"},
+            opts=pulumi.ResourceOptions(
+                protect=True, retain_on_delete=True, delete_before_replace=False, ignore_changes=["data"],
+                replace_on_changes=["metadata.labels"], custom_timeouts=pulumi.CustomTimeouts(create="3m", delete="1m"),
+            ),
+        )
+        k8s.core.v1.ConfigMap("replaced", metadata={"name": "replaced"}, opts=pulumi.ResourceOptions(delete_before_replace=True))
+
+    run_mocked(make)
+    rendered = render.Rendered("unit", sorted(mocked.registrations, key=lambda r: r.urn), {})
+    render.write(rendered, tmp_path)
+    written = {r["name"]: r for r in json.loads((tmp_path / "resources.json").read_text())}
+    assert written["plain"]["options"] == {}
+    assert written["guarded"]["options"] == {
+        "protect": True, "retainOnDelete": True, "deleteBeforeReplace": False, "ignoreChanges": ["data"],
+        "replaceOnChanges": ["metadata.labels"], "customTimeouts": {"create": "3m", "delete": "1m"},
+    }
+    assert written["replaced"]["options"] == {"deleteBeforeReplace": True}
+
