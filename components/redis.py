@@ -23,8 +23,10 @@ from infra.versions import image
 
 COMPONENT = "redis"
 UID = 999
-"""The `redis` user of the official alpine image (`adduser -u 999 -G redis`, group id 1000)."""
+"""The `redis` user of the official image (bookworm: `useradd -u 999`; alpine: `adduser -u 999`)."""
 GID = 1000
+"""Any non-root group: Redis writes only /data, which fsGroup makes the group's (the alpine image's
+`redis` group is 1000, the bookworm image's 999; infra/versions.py pins the bookworm one)."""
 DATA_DIR = "/data"
 CONFIG_DIR = "/etc/redis"
 CONFIG_KEY = "redis.conf"

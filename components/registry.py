@@ -38,8 +38,13 @@ DEBUG_PORT = 5001
 """distribution's debug server (`http.debug.addr`): /debug/health reports the storage driver's
 health without auth, whereas /v2/ answers 401 once htpasswd auth is on."""
 DATA_PATH = "/var/lib/registry"
-CONFIG_DIR = "/etc/docker/registry"
-"""Where the image's entrypoint reads config.yml."""
+CONFIG_DIR = "/etc/distribution"
+"""Where the ConfigMap's config.yml is mounted: distribution 3.x's default path (2.x read
+/etc/docker/registry). The container names the file explicitly (`args`), so that an image whose
+default differs can never start on its built-in config instead of ours (the 3.x image's CMD is
+/etc/distribution/config.yml, docker-library/repo-info repos/registry/remote/3.1.1.md; its
+entrypoint, distribution/distribution-library-image docker-entrypoint.sh, runs `registry serve
+<file>` when the argument is a file)."""
 AUTH_PATH = "/auth"
 RUN_AS = 1000
 """The registry image has no user of its own; it runs fine as any uid that owns its storage."""
@@ -250,6 +255,7 @@ def deployment_spec(name: str, image: str, config: RegistryConfig) -> dict:
     container = {
         "name": "registry",
         "image": image,
+        "args": [f"{CONFIG_DIR}/config.yml"],
         "ports": [
             {"name": "http", "containerPort": PORT, "protocol": "TCP"},
             {"name": "debug", "containerPort": DEBUG_PORT, "protocol": "TCP"},

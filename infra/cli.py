@@ -5,6 +5,7 @@
     promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
     rollback --stack prod             undo the latest promotion (docs/promotion.md)
     config-reference [--check]        write docs/config-reference.md from the config models
+    pin-images [--image NAME]         record the digest each pinned image tag resolves to (skopeo)
 """
 from __future__ import annotations
 
@@ -105,6 +106,23 @@ def _config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin_images(args: argparse.Namespace) -> int:
+    from infra import pin_images
+
+    changes, dropped = pin_images.pin(
+        args.image, missing_only=args.missing, path=Path(args.digests), authfile=args.authfile,
+        insecure_hosts=args.insecure_registry, dry_run=args.dry_run,
+    )
+    for change in changes:
+        print(f"{change.name}: {change.ref} {change.old or '(no digest)'} -> {change.new}")
+    for name in dropped:
+        print(f"{name}: dropped its record (no longer the pinned tag)")
+    verb = "would update" if args.dry_run else "updated"
+    print(f"{Path(args.digests).name}: {verb} {len(changes)} digest(s)" if changes or dropped else
+          f"{Path(args.digests).name}: every resolved digest is already recorded")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m infra", description=__doc__.splitlines()[0])
     commands = root.add_subparsers(dest="command", required=True)
@@ -147,6 +165,22 @@ def parser() -> argparse.ArgumentParser:
     )
     reference.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
     reference.set_defaults(run=_config_reference)
+
+    from infra.versions import DIGESTS_FILE
+
+    pins = commands.add_parser(
+        "pin-images", help="resolve each pinned image tag of infra/versions.py to its digest (needs skopeo and the registries)"
+    )
+    pins.add_argument("--image", action="append", default=[], help="only this pin (repeatable); default: every pin")
+    pins.add_argument("--missing", action="store_true", help="only pins without a digest for their tag")
+    pins.add_argument("--dry-run", action="store_true", help="print the digests; write nothing")
+    pins.add_argument("--authfile", help="registry credentials (containers-auth.json, as `skopeo login` writes)")
+    pins.add_argument(
+        "--insecure-registry", action="append", default=[], metavar="HOST",
+        help="skip TLS verification for this registry host only (a local test registry; repeatable)",
+    )
+    pins.add_argument("--digests", default=str(DIGESTS_FILE), help=argparse.SUPPRESS)
+    pins.set_defaults(run=_pin_images)
     return root
 
 
@@ -161,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
-        from infra import promote, registry_api, stack_file, state_backend
+        from infra import pin_images, promote, registry_api, stack_file, state_backend
 
         known = (
-            promote.PromotionRefused, registry_api.RegistryError, stack_file.StackFileError, state_backend.StateError
+            promote.PromotionRefused, registry_api.RegistryError, stack_file.StackFileError, state_backend.StateError,
+            pin_images.PinError,
         )
         if not isinstance(error, known):
             raise

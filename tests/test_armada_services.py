@@ -13,7 +13,7 @@ from components.armada.config import CONFIG_FILE, CONFIG_PATH, key_paths
 from components.armada.service import checksum
 from infra import checks, validate
 from infra.render import StackFile, render
-from infra.versions import ARMADA, IMAGES
+from infra.versions import ARMADA, IMAGES, tag_of
 from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
 from tests.conftest import find, objects, pod_spec, standard_violations
 from tests.test_armada_config import allowed_absent, default
@@ -82,7 +82,7 @@ def test_every_service_runs_its_pinned_image_with_its_config(rendered):
     for name, deployment in found.items():
         key = SERVICES.get(name, "armada-executor")
         [container] = pod_spec(deployment)["containers"]
-        assert container["image"] == IMAGES[key] and container["image"].endswith(f":{ARMADA}"), name
+        assert container["image"] == IMAGES[key] and tag_of(container["image"]) == ARMADA, name
         expected_args = ["run", "--config", CONFIG_PATH] if name == "armada-scheduler" else ["--config", CONFIG_PATH]
         assert container["args"] == expected_args, name
         volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}

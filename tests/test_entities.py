@@ -15,7 +15,7 @@ import pytest
 from components.entity_image import context_files
 from infra.config import DIGEST_REF, Language
 from infra.render import validate_config
-from infra.versions import IMAGES
+from infra.versions import IMAGES, digest_of, tag_of
 from tests.conftest import ROOT, STACKS
 
 EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -93,14 +93,16 @@ def test_each_entity_has_a_dockerfile_an_ignore_file_and_its_proto(source):
 
 @pytest.mark.parametrize("source", ENTITY_DIRS)
 def test_base_images_are_the_pins_of_versions_py(source):
+    # IMAGES: each pin with the digest recorded for its tag (infra/image-digests.yaml); BuildKit
+    # pulls `FROM repo:tag@sha256:…` by the digest, so the base cannot change under the tag.
     pinned = set(IMAGES.values())
     names: set[str] = set()
     for stage in stages(ROOT / source / "Dockerfile"):
         words = stage[0][1].split()
         image = words[0]
         if image not in names:  # FROM <earlier stage> is not a base image
-            assert image in pinned, f"{source}: FROM {image} is not a pin of infra/versions.py"
-            assert not image.endswith(":latest") and (":" in image.rsplit("/", 1)[-1] or "@" in image)
+            assert image in pinned, f"{source}: FROM {image} is not a pin of infra/versions.py (with its digest)"
+            assert tag_of(image) not in (None, "latest") and digest_of(image), f"{source}: FROM {image} needs tag and digest"
         if len(words) == 3 and words[1].upper() == "AS":
             names.add(words[2])
 

@@ -306,7 +306,7 @@ def test_digest_pinned_images_rejects_tag_only_entities_and_builds_in_prod(engin
     engine_env("test", {"cloudstation:environment": "test"})
     entity = container(image="localhost:32000/shop/cart:04077a2e")
     assert check_resource(rules.digest_pinned_images, *stateful_service(entity))
-    platform = deployment(container(image=versions.image("redis")))
+    platform = deployment(container(image=versions.TAGS["redis"]))  # a platform pin by tag only
     assert check_resource(rules.digest_pinned_images, *platform, {"requirePlatformDigestsInProd": True}) == []
     build = ("docker:index/image:Image", {"imageName": "localhost:32000/shop/cart:1"})
     assert check_resource(rules.digest_pinned_images, *build) == []
