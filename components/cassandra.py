@@ -21,7 +21,9 @@ from pydantic import Field, model_validator
 from components import k8s as kb
 from components import network
 from components.model import ConfigModel, check_mode_keys
-from components.postgres import SecretRef, client_egress_spec, same_namespace_only, secret_value, volume_claim
+from components.postgres import (
+    KEEP_CLAIMS, REPLACE_UNREADY, SecretRef, client_egress_spec, same_namespace_only, secret_value, volume_claim,
+)
 from components.component import Component
 from infra import versions
 
@@ -51,6 +53,11 @@ class CassandraSettings(ConfigModel):
     schema has no port field)."""
     credentials_secret: Optional[SecretRef] = None
     """external: an existing Secret with keys `username` and `password`."""
+    cidrs: list[network.Cidr] = []
+    """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
+    required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
+    allow_any_address: bool = False
+    """external: opt in to letting its clients connect to ANY address on its port (instead of `cidrs`)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "CassandraSettings":
@@ -58,12 +65,14 @@ class CassandraSettings(ConfigModel):
             self,
             self.mode,
             only={"managed": ("username", "replicas", "max_heap", "storage", "resources"),
-                  "external": ("host", "credentials_secret")},
+                  "external": ("host", "credentials_secret", "cidrs", "allow_any_address")},
             required={"external": {
                 "host": "the contact point(s) of your cluster",
                 "credentials_secret": "an existing Secret with keys username and password: {namespace: <ns>, name: <secret>}",
             }},
         )
+        if self.mode == "external":
+            network.check_server_addresses([self.host], self.cidrs, self.allow_any_address)
         return self
 
 
@@ -206,7 +215,7 @@ def server_endpoint(name: str, settings: CassandraSettings) -> network.Endpoint:
     """What clients connect to: the managed nodes in their own namespace, or the external hosts."""
     if settings.mode == "managed":
         return network.Endpoint(ports=(CQL_PORT,), peers=(network.pods(kb.selector_labels(name)),))
-    return network.host_endpoint(settings.host, CQL_PORT)
+    return network.host_endpoint(settings.host, CQL_PORT, settings.cidrs, settings.allow_any_address)
 
 
 def gossip_egress_spec(name: str) -> dict:
@@ -248,7 +257,8 @@ class Cassandra(Component):
                     # The default superuser's new password, never used again.
                     "lockout-password": lockout.result,
                 },
-                opts=child,
+                # Kept with the data volumes, which outlive the StatefulSet (postgres.py).
+                opts=self.child_opts(retain_on_delete=True),
             )
             ports = [{"name": "cql", "port": CQL_PORT, "targetPort": "cql"}]
             headless = k8s.core.v1.Service(
@@ -282,12 +292,14 @@ class Cassandra(Component):
                         "spec": server_pod_spec(name, args.namespace_name, image, settings),
                     },
                     "volumeClaimTemplates": [volume_claim(settings.storage)],
+                    "persistentVolumeClaimRetentionPolicy": KEEP_CLAIMS,
                 },
                 opts=self.child_opts(depends_on=[headless]),
             )
             job = k8s.batch.v1.Job(
                 f"{name}-auth",
-                metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup"),
+                # A failed run is replaced on the next `up` instead of awaited again (postgres.REPLACE_UNREADY).
+                metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup", annotations=dict(REPLACE_UNREADY)),
                 spec=auth_job_spec(name, secret_name, name, image),
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=[secret, service, statefulset], delete_before_replace=True

@@ -17,17 +17,18 @@ Differences from upstream `cloudstate.yaml` (reference cloudstate/NOTES.md §2.1
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components import network
-from components.model import ConfigModel, DnsLabel
+from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 from infra import versions
 
@@ -48,6 +49,14 @@ PROXY_IMAGES = {
 """Operator config key (`cloudstate.operator.proxy.image.<key>`; all four are read, v0.6.0
 `operator/src/main/scala/io/cloudstate/operator/OperatorConfig.scala`) -> infra/versions.py image
 (the 0.5.1 proxies: infra/versions.CLOUDSTATE_PROXY)."""
+
+SIDECAR_DEFAULT_RESOURCES = {"requests": {"cpu": "400m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+"""What the operator gives the proxy sidecar when a StatefulService has no `sidecarResources`
+(v0.6.0 `StatefulServiceOperatorFactory.scala` `createSideCar`); the program always sets them."""
+DEPLOYMENT_SUFFIX = "-deployment"
+"""The operator names each StatefulService's Deployment `<name>-deployment`, starts it at one
+replica and then keeps the scale it finds (`StatefulServiceOperatorFactory.scala` `deploymentNameFor`,
+`reconcileDeployment`)."""
 
 CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
@@ -88,17 +97,45 @@ class CloudStateArgs(ConfigModel):
     )
     operator_java_opts: str = Field(default="-Xms128m -Xmx128m", pattern=r"^(-X\S+)( -X\S+)*$")
     """JVM options of the operator (upstream default); keep the heap well below the memory limit."""
+    # Developer-cluster sizes (both example stacks fit one 4-CPU/8-GiB kind node together,
+    # tests/test_cluster_fit.py); docs/cloudstate.md "Sizing" has prod sizes.
     sidecar_resources: kb.Resources = kb.Resources(
-        cpu_request="400m", memory_request="512Mi", cpu_limit="1", memory_limit="512Mi"
+        cpu_request="100m", memory_request="256Mi", cpu_limit="1", memory_limit="512Mi"
     )
-    """The CloudState proxy sidecar of every entity pod (the operator's default requests, plus a CPU limit)."""
-    sidecar_jvm_memory: str = Field(default="256m", pattern=r"^[0-9]+[mMgG]$")
+    """The CloudState proxy sidecar of every entity pod (a JVM: its heap `sidecarJvmMemory` plus
+    the JVM's own memory; the operator's own default is 400m/512Mi for a 256m heap)."""
+    sidecar_jvm_memory: str = Field(default="128m", pattern=r"^[0-9]+[mMgG]$")
     """Heap of the proxy sidecar: the operator passes it unchecked into the proxy's
-    `JAVA_OPTS=-Xms<m> -Xmx<m>`, hence the strict pattern."""
+    `JAVA_OPTS=-Xms<m> -Xmx<m>`, hence the strict pattern. Keep it at most half the memory limit."""
     entity_resources: kb.Resources = kb.Resources(
-        cpu_request="100m", memory_request="128Mi", cpu_limit="500m", memory_limit="256Mi"
+        cpu_request="25m", memory_request="64Mi", cpu_limit="500m", memory_limit="256Mi"
     )
     """The user-function container of every entity pod."""
+
+    @model_validator(mode="after")
+    def _heap_fits_the_sidecar(self) -> "CloudStateArgs":
+        # -Xms = -Xmx: the whole heap is committed, and the JVM needs about as much again
+        # (metaspace, code cache, threads, Netty buffers) within the container's memory limit.
+        heap = _bytes(self.sidecar_jvm_memory)
+        limit = _bytes(self.sidecar_resources.memory_limit)
+        if limit is not None and heap is not None and 2 * heap > limit:
+            raise problem(
+                f"the proxy's heap may use at most half of sidecarResources.memoryLimit "
+                f"({self.sidecar_resources.memory_limit}); lower it or raise the limit",
+                ".sidecarJvmMemory",
+                self.sidecar_jvm_memory,
+            )
+        return self
+
+
+def _bytes(size: str) -> Optional[int]:
+    """`256m`/`1G` (JVM) or `512Mi`/`1Gi`/`1G` (Kubernetes) in bytes; None if it is neither."""
+    match = re.fullmatch(r"([0-9]+)([kKmMgG]i?)?", size)
+    if not match:
+        return None
+    power = {"": 0, "k": 1, "m": 2, "g": 3}[(match[2] or "")[:1].lower()]
+    # The JVM's k/m/g are binary; so are Kubernetes' Ki/Mi/Gi (its decimal M/G are close enough here).
+    return int(match[1]) * 1024**power
 
 
 @dataclass(frozen=True)
@@ -108,6 +145,8 @@ class OperatorArgs:
     """Where the operator runs (the platform namespace); its ServiceAccount is bound there."""
     watch_namespaces: Sequence[str]
     """Exactly the namespaces whose StatefulStores and StatefulServices it reconciles."""
+    kubernetes_api: network.KubernetesApi
+    """Where it reaches the API server (platform.kubernetesApi), the only egress it gets."""
     image_mirror: Optional[str] = None
 
 
@@ -183,12 +222,14 @@ class CloudStateOperator(Component):
     def __init__(self, name: str, args: OperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:cloudstate:Operator", name, None, opts)
         child = self.child_opts()
+        # Deleting a CRD deletes every custom resource of its kind in the cluster: every stack's
+        # StatefulServices and StatefulStores, whichever stack owns them. They outlive this stack.
         self.crds = [
             k8s.apiextensions.v1.CustomResourceDefinition(
                 f"{name}-{crd['spec']['names']['plural']}",
                 metadata=crd["metadata"],
                 spec=crd["spec"],
-                opts=child,
+                opts=self.child_opts(retain_on_delete=True),
             )
             for crd in crds.crds()
         ]
@@ -251,7 +292,7 @@ class CloudStateOperator(Component):
             f"{name}-network-policy",
             **network.policy(
                 NAME, args.namespace, "cloudstate-operator",
-                network.spec({"matchLabels": kb.selector_labels(NAME)}, ingress_rules=[], egress_rules=[network.kubernetes_api()]),
+                network.spec({"matchLabels": kb.selector_labels(NAME)}, ingress_rules=[], egress_rules=[network.kubernetes_api(args.kubernetes_api)]),
             ),
             opts=child,
         )

@@ -18,6 +18,10 @@ class NamespaceArgs(ConfigModel):
     pod_security: Literal["restricted", "baseline"] = "restricted"
     """Pod Security Standard enforced by admission; violations of "restricted" are always warned."""
     labels: dict[str, str] = {}
+    keep_on_delete: bool = False
+    """True for a namespace that holds data (a store's or the registry's volume): deleting a
+    namespace deletes everything in it, so Pulumi leaves it in the cluster when the stack drops it
+    (`retainOnDelete`; docs/cloudstate.md, "What is kept")."""
 
 
 def namespace_metadata(args: NamespaceArgs) -> dict:
@@ -41,7 +45,7 @@ class Namespace(Component):
     def __init__(self, name: str, args: NamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:platform:Namespace", name, None, opts)
         namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata=namespace_metadata(args), opts=self.child_opts()
+            f"{name}-ns", metadata=namespace_metadata(args), opts=self.child_opts(retain_on_delete=args.keep_on_delete)
         )
         self.resource = namespace
         self.name: pulumi.Output[str] = namespace.metadata.name

@@ -35,7 +35,17 @@ IDENTIFIER = r"^[a-z_][a-z0-9_]{0,62}$"
 
 SECRET_KEYS = ("username", "password", "database")
 
-DEFAULT_RESOURCES = kb.Resources(cpu_request="250m", memory_request="256Mi", cpu_limit="1", memory_limit="1Gi")
+REPLACE_UNREADY = {"pulumi.com/replaceUnready": "true"}
+"""Annotation of the setup Jobs. pulumi-kubernetes awaits a Job until it succeeds, and an `up` in
+which it failed leaves it in the state as created; without this annotation every later `up`
+waits on that same failed Job again. With it, the provider's Diff reads the live Job and, when
+it is not complete, plans a replacement (delete, then create: the name is fixed), so the next
+`up` simply runs it again (pulumi/pulumi-kubernetes provider/pkg/provider/provider.go `Diff`,
+`metadata.ReplaceUnready` -> `checkjob.NewJobChecker().Ready`; supported for Jobs only)."""
+
+DEFAULT_RESOURCES = kb.Resources(cpu_request="50m", memory_request="128Mi", cpu_limit="1", memory_limit="512Mi")
+"""A developer-cluster server (shared_buffers is 128MB by default; tests/test_cluster_fit.py);
+docs/cloudstate.md "Sizing" has prod sizes."""
 
 
 class SecretRef(ConfigModel):
@@ -65,6 +75,11 @@ class PostgresSettings(ConfigModel):
     """external: the Secret holding `username` and `password` of a role that owns the databases."""
     create_databases: bool = True
     """external: create missing databases with a Job (the role needs CREATEDB); false if they exist."""
+    cidrs: list[network.Cidr] = []
+    """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
+    required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
+    allow_any_address: bool = False
+    """external: opt in to letting its clients connect to ANY address on its port (instead of `cidrs`)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "PostgresSettings":
@@ -72,12 +87,14 @@ class PostgresSettings(ConfigModel):
             self,
             self.mode,
             only={"managed": ("username", "storage", "resources"),
-                  "external": ("host", "port", "credentials_secret", "create_databases")},
+                  "external": ("host", "port", "credentials_secret", "create_databases", "cidrs", "allow_any_address")},
             required={"external": {
                 "host": "the server's host name",
                 "credentials_secret": "an existing Secret with keys username and password: {namespace: <ns>, name: <secret>}",
             }},
         )
+        if self.mode == "external":
+            network.check_server_addresses([self.host], self.cidrs, self.allow_any_address)
         return self
 
 
@@ -180,12 +197,16 @@ def server_endpoint(name: str, settings: PostgresSettings) -> network.Endpoint:
     admits no other), or the external host."""
     if settings.mode == "managed":
         return network.Endpoint(ports=(PORT,), peers=(network.pods(kb.selector_labels(name)),))
-    return network.host_endpoint(settings.host, settings.port)
+    return network.host_endpoint(settings.host, settings.port, settings.cidrs, settings.allow_any_address)
 
 
 def client_egress_spec(client: str, endpoint: network.Endpoint) -> dict:
     """NetworkPolicy spec: pods named `client` (a setup Job) may connect to `endpoint`, nothing else."""
     return network.spec({"matchLabels": kb.selector_labels(client)}, egress_rules=[network.to(endpoint)])
+
+
+KEEP_CLAIMS = {"whenDeleted": "Retain", "whenScaled": "Retain"}
+"""A StatefulSet's data volumes outlive it and its scale-downs (the Kubernetes default, stated)."""
 
 
 def volume_claim(storage: kb.Storage) -> dict:
@@ -254,7 +275,9 @@ class Postgres(Component):
                 metadata=kb.metadata(secret_name, args.namespace, "database"),
                 type="Opaque",
                 string_data={"username": settings.username, "password": password.result, "database": self.database},
-                opts=child,
+                # Kept with the data volume (which outlives the StatefulSet): without it the kept
+                # data could not be read (docs/cloudstate.md, "What is kept").
+                opts=self.child_opts(retain_on_delete=True),
             )
             self.service_name: Optional[str] = name
             ports = [{"name": "postgres", "port": PORT, "targetPort": "postgres"}]
@@ -292,6 +315,7 @@ class Postgres(Component):
                         "spec": server_pod_spec(name, secret_name, image, settings),
                     },
                     "volumeClaimTemplates": [volume_claim(settings.storage)],
+                    "persistentVolumeClaimRetentionPolicy": KEEP_CLAIMS,
                 },
                 opts=self.child_opts(depends_on=[secret, headless]),
             )
@@ -332,7 +356,9 @@ class Postgres(Component):
             host = settings.host if settings.mode == "external" else f"{name}"
             job = k8s.batch.v1.Job(
                 f"{name}-databases",
-                metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
+                metadata=kb.metadata(
+                    f"{name}-databases", args.namespace, "database-setup", annotations=dict(REPLACE_UNREADY)
+                ),
                 spec=create_databases_job_spec(name, secret_name, host, self.port, image, databases),
                 opts=self.child_opts(depends_on=list(self.ready), delete_before_replace=True),
             )

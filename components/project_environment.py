@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components import network
-from components.cloudstate_operator import CloudStateArgs
+from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
 from components.namespace import Namespace, NamespaceArgs
 from components.component import Component
@@ -44,6 +44,15 @@ ENTITY_UID = 1000
 """The user the entity images run as (`USER 1000:1000` in their Dockerfiles)."""
 SERVICE_LABEL = "cloudstate.io/statefulService"
 """The label the operator puts on each entity's pods (value: the StatefulService name)."""
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+"""Annotation of each entity's Service. pulumi-kubernetes awaits a Service with a selector until
+its endpoints are ready, for up to 10 minutes (pulumi/pulumi-kubernetes provider/pkg/await/service.go
+`serviceInitAwaiter`, `DefaultServiceTimeoutMins = 10`; the SDK's Service docstring says the same).
+The pods behind an entity Service are not Pulumi's: the operator creates them from the
+StatefulService, and they become ready only once the image is pulled and the proxies' Akka
+cluster has formed, so awaiting them would fail or stall `up` on anything the program cannot
+influence. The provider skips the await for this annotation (provider/pkg/await/await.go
+`Creation`/`Update` -> provider/pkg/metadata/overrides.go `SkipAwaitLogic`)."""
 
 PullSecretFactory = Callable[[str, pulumi.Input[str], pulumi.ResourceOptions], pulumi.Resource]
 """(resource name, namespace, opts) -> the registry pull Secret (infra/delivery.image_pull_secret)."""
@@ -71,6 +80,8 @@ class ProjectEnvironmentArgs:
     cloudstate: CloudStateArgs
     pull_secret_name: str
     pull_secret: PullSecretFactory
+    kubernetes_api: network.KubernetesApi
+    """Where the proxies reach the API server (platform.kubernetesApi): Akka's Kubernetes discovery."""
     create_namespace: bool = True
     """False: the namespace exists already (the platform namespace, for the project-state entity)."""
     depends_on: Sequence[pulumi.Resource] = ()
@@ -81,7 +92,13 @@ class ProjectEnvironmentArgs:
 # --- pure builders ---------------------------------------------------------------------------
 
 
-def namespace_args(name: str, project: str, environment: str) -> NamespaceArgs:
+def holds_store_data(entities: Sequence[EntityService], store_kind: StoreKind, stores: StoresConfig) -> bool:
+    """Whether the environment's namespace holds its store's data: a managed server, when an
+    entity needs the store."""
+    return any(entity.needs_store for entity in entities) and getattr(stores, store_kind).mode == "managed"
+
+
+def namespace_args(name: str, project: str, environment: str, keep_on_delete: bool = False) -> NamespaceArgs:
     # Enforce "baseline", not "restricted": the operator generates the entity pods and sets no
     # securityContext on the proxy sidecar or the pod (the v0.5 schema offers no way to), and
     # skuber 2.4.0's SecurityContext has no seccompProfile, so the operator drops the user
@@ -91,6 +108,7 @@ def namespace_args(name: str, project: str, environment: str) -> NamespaceArgs:
         name=name,
         pod_security="baseline",
         labels={"cloudstation.io/project": project, "cloudstation.io/environment": environment},
+        keep_on_delete=keep_on_delete,
     )
 
 
@@ -143,19 +161,22 @@ def entity_service_spec(service_name: str) -> dict:
     }
 
 
-def entity_network_policy_spec(service_name: str, store: Optional[network.Endpoint]) -> dict:
+def entity_network_policy_spec(
+    service_name: str, store: Optional[network.Endpoint], kubernetes_api: network.KubernetesApi
+) -> dict:
     """NetworkPolicy spec of one entity's pods (selected by the operator's label): its proxies
     form an Akka cluster with each other and list their pods through the Kubernetes API; every
     entity pod of the namespace may call its proxy (entities call each other through their
-    Services, port 80 -> 8013); it may call the other entities and its store. Callers from other
-    namespaces need a policy of their own (docs/network-policies.md)."""
+    Services, port 80 -> 8013); it may call the other entities and its store. Nothing else: a
+    policy selects pods, not containers, so the user container shares the proxy's egress
+    (docs/network-policies.md). Callers from other namespaces need a policy of their own."""
     own = network.pods({SERVICE_LABEL: service_name})
     entities = network.pods(expressions=[network.label_exists(SERVICE_LABEL)])
     cluster_ports = [REMOTING_PORT, MANAGEMENT_PORT]
     egress = [network.egress([own], cluster_ports), network.egress([entities], [PROXY_PORT])]
     if store is not None:
         egress.append(network.to(store))
-    egress.append(network.kubernetes_api())
+    egress.append(network.kubernetes_api(kubernetes_api))
     return network.spec(
         {"matchLabels": {SERVICE_LABEL: service_name}},
         ingress_rules=[network.ingress([entities], [PROXY_PORT]), network.ingress([own], cluster_ports)],
@@ -165,7 +186,7 @@ def entity_network_policy_spec(service_name: str, store: Optional[network.Endpoi
 
 def replicas_hpa_spec(service_name: str, replicas: int) -> dict:
     return {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{service_name}-deployment"},
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{service_name}{DEPLOYMENT_SUFFIX}"},
         "minReplicas": replicas,
         "maxReplicas": replicas,
         "metrics": [
@@ -185,8 +206,11 @@ class ProjectEnvironment(Component):
         super().__init__("cloudstation:cloudstate:ProjectEnvironment", name, None, opts)
         child = self.child_opts()
         if args.create_namespace:
+            # Removing the project from the stack file must not take its journal with it: a
+            # namespace holding a managed store's volume stays (docs/cloudstate.md, "What is kept").
+            keep = holds_store_data(args.entities, args.store_kind, args.stores)
             namespace = Namespace(
-                f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment), child
+                f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment, keep), child
             )
             ns: pulumi.Input[str] = namespace.name
         else:
@@ -251,14 +275,16 @@ class ProjectEnvironment(Component):
             )
             k8s.core.v1.Service(
                 f"{name}-{entity.service_name}-service",
-                metadata=kb.metadata(entity.service_name, ns, component),
+                metadata=kb.metadata(entity.service_name, ns, component, annotations=dict(SKIP_AWAIT)),
                 spec=entity_service_spec(entity.service_name),
                 opts=child,
             )
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-{entity.service_name}-network-policy",
                 metadata=kb.metadata(entity.service_name, ns, component),
-                spec=entity_network_policy_spec(entity.service_name, store_endpoint if entity.needs_store else None),
+                spec=entity_network_policy_spec(
+                    entity.service_name, store_endpoint if entity.needs_store else None, args.kubernetes_api
+                ),
                 opts=child,
             )
             k8s.autoscaling.v2.HorizontalPodAutoscaler(

@@ -404,7 +404,9 @@ class Registry(Component):
                 "password": password.result,
                 "http-secret": http_secret.result,
             },
-            opts=child,
+            # Kept, like the images: a stack sharing this registry reads its credentials here
+            # (docs/cloudstate.md, "What is kept").
+            opts=self.child_opts(retain_on_delete=True),
         )
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
@@ -416,7 +418,9 @@ class Registry(Component):
             f"{name}-data",
             metadata=kube.metadata(f"{name}-data", args.namespace, "registry"),
             spec=config.storage.claim_spec(),
-            opts=child,
+            # The images, among them the digests other stacks (prod) run: kept when this stack
+            # is destroyed or the registry removed.
+            opts=self.child_opts(retain_on_delete=True),
         )
         k8s.apps.v1.Deployment(
             f"{name}-deploy",

@@ -31,6 +31,7 @@ from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import StoresConfig
+from components.network import KubernetesApi
 
 PROJECT = "cloudstation"
 """The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
@@ -194,6 +195,11 @@ class PlatformConfig(ConfigModel):
     the CloudState operator) and runs the cluster's one Armada. When test and prod share one
     cluster, exactly one stack sets true; the other sets false, reuses them and sets
     `armada.enabled: false`."""
+    cluster_owner_stack: str = Field(default="test", pattern=r"^[A-Za-z0-9_.-]+$")
+    """With `ownsClusterResources: false`: the stack that owns this cluster. Its stack file
+    (`Pulumi.<stack>.yaml` beside this one) must list this stack's namespaces in
+    `platform.cloudstate.extraWatchedNamespaces`, which is checked before anything is deployed
+    (infra/cluster_sharing.py)."""
     project_state: ProjectStateConfig = Field(default={}, validate_default=True)
     """CloudStation's own event-sourced Project entity, built and promoted like any entity."""
     armada: ArmadaConfig = ArmadaConfig()
@@ -207,6 +213,9 @@ class PlatformConfig(ConfigModel):
     """How the projects' stores run: managed per project namespace, or external (docs/cloudstate.md)."""
     project_state_store: Literal["postgres", "cassandra"] = "postgres"
     """The store of the project-state entity, in the platform namespace."""
+    kubernetes_api: KubernetesApi = Field(default={}, validate_default=True)
+    """The Kubernetes API server's addresses and port, the only ones its clients' NetworkPolicies
+    allow (components/network.py, docs/network-policies.md). The default fits kind."""
 
     @model_validator(mode="after")
     def _watch_only_when_owner(self) -> "PlatformConfig":
@@ -219,6 +228,13 @@ class PlatformConfig(ConfigModel):
                 ".cloudstate.extraWatchedNamespaces",
                 self.cloudstate.extra_watched_namespaces,
             )
+        return self
+
+    @model_validator(mode="after")
+    def _owner_stack_only_when_not_owner(self) -> "PlatformConfig":
+        if "cluster_owner_stack" in self.model_fields_set and self.owns_cluster_resources:
+            raise problem("only for a stack that does not own its cluster (ownsClusterResources: false)",
+                          ".clusterOwnerStack", self.cluster_owner_stack)
         return self
 
     @model_validator(mode="after")
@@ -352,6 +368,11 @@ def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "sta
         context["environment"] = Environment(environment)
     try:
         config = StackConfig.model_validate(data, context=context)
+        if root is not None and not problems:
+            # Every entity namespace of the stacks sharing this cluster is watched by its operator.
+            from infra import cluster_sharing
+
+            problems.extend(cluster_sharing.problems(config, source, Path(root)))
     except ValidationError as error:
         problems.extend(_describe(e) for e in error.errors())
         config = None

@@ -47,6 +47,7 @@ def variant(name: str) -> render.Rendered:
                 cloudstate={},
                 armada={"enabled": False},  # one Armada per cluster: the owner's (docs/armada.md)
                 stores={"postgres": {"mode": "external", "host": "pg.example.internal", "port": 6432,
+                                     "cidrs": ["10.20.30.40/32"],
                                      "credentialsSecret": {"namespace": "ops", "name": "pg-login"}}},
             ),
             projects=_store("cassandra"),
@@ -59,6 +60,7 @@ def variant(name: str) -> render.Rendered:
                 ownsClusterResources=True,
                 cloudstate={"extraWatchedNamespaces": SHARED_OWNER_WATCH},
                 stores={"cassandra": {"mode": "external", "host": "cassandra-a.example.internal,cassandra-b.example.internal",
+                                      "cidrs": ["10.20.30.0/24", "fd00:20:30::/64"],
                                       "credentialsSecret": {"namespace": "ops", "name": "cassandra-login"}}},
             ),
             projects=_store("cassandra"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from components import cloudstate_crds as crds
 from components import cloudstate_operator as operator
@@ -10,7 +11,7 @@ from infra.cloudstation import project_namespace
 from infra.config import ConfigError, StackConfig, load
 from infra.render import validate_config
 from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
-from tests.conftest import find, objects, pod_spec
+from tests.conftest import ROOT, find, objects, pod_spec
 
 CLUSTER_SCOPED = {
     "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass",
@@ -266,3 +267,153 @@ def test_extra_watched_namespaces_need_the_operator():
     [problem] = caught.value.problems
     assert problem.startswith("cloudstation:platform.cloudstate.extraWatchedNamespaces: [\"shop-prod\"] — ")
     assert "ownsClusterResources: true" in problem
+
+
+# --- what is kept when a stack drops it (docs/cloudstate.md, "What is kept") -----------------
+
+
+def registration(rendered, kind: str, name: str, namespace=None):
+    [match] = [r for r in rendered.registrations if r.custom and isinstance(r.inputs, dict)
+               and r.inputs.get("kind") == kind and r.inputs.get("metadata", {}).get("name") == name
+               and r.inputs.get("metadata", {}).get("namespace") == namespace]
+    return match
+
+
+def retained(rendered, kind: str, name: str, namespace=None) -> bool:
+    return registration(rendered, kind, name, namespace).options.get("retainOnDelete") is True
+
+
+def test_the_crds_outlive_the_stack_that_owns_them(owner):
+    """Deleting a CRD deletes every StatefulService and StatefulStore of the cluster, those of the
+    stacks that share it included: `pulumi destroy` of the owner (or a rename) leaves them."""
+    crds_ = [o for o in objects(owner, "CustomResourceDefinition") if o["spec"]["group"] == crds.GROUP]
+    assert len(crds_) == 2
+    for crd in crds_:
+        assert retained(owner, "CustomResourceDefinition", crd["metadata"]["name"]), crd["metadata"]["name"]
+
+
+def data_holders(rendered) -> list[tuple[str, dict]]:
+    """(namespace, pod spec) of every CloudStation workload that keeps data on a volume: a
+    StatefulSet with volume claims, or a pod mounting a PersistentVolumeClaim (Armada's own stores
+    are its area's: docs/armada.md)."""
+    armada = validate_config(rendered.stack).platform.armada.namespace
+    found = []
+    for obj in rendered.manifests():
+        if obj["kind"] not in ("Deployment", "StatefulSet") or obj["metadata"]["namespace"] == armada:
+            continue
+        spec = pod_spec(obj)
+        claims = obj["spec"].get("volumeClaimTemplates") or [v for v in spec.get("volumes", []) if "persistentVolumeClaim" in v]
+        if claims:
+            found.append((obj["metadata"]["namespace"], obj))
+    return found
+
+
+@pytest.mark.parametrize("source", ["test", "prod", "non-owner", "owner-external-cassandra"])
+def test_data_its_namespace_and_its_credentials_outlive_the_project_and_the_stack(source, rendered_stacks):
+    """Removing a project deletes its namespace, and a namespace takes every volume in it. So
+    each namespace holding a store's (or the registry's) volume is kept, with the volume claims and
+    the Secrets the server reads (the kept data must stay readable); StatefulSets keep their claims."""
+    rendered = rendered_stacks[source] if source in rendered_stacks else variant(source)
+    holders = data_holders(rendered)
+    assert holders
+    armada = validate_config(rendered.stack).platform.armada.namespace
+    created = {o["metadata"]["name"] for o in objects(rendered, "Namespace")} - {armada}
+    kept_namespaces = set()
+    for namespace, workload in holders:
+        what = f"{source}: {workload['kind']} {namespace}/{workload['metadata']['name']}"
+        if namespace in created:
+            assert retained(rendered, "Namespace", namespace), what
+            kept_namespaces.add(namespace)
+        spec = pod_spec(workload)
+        if workload["kind"] == "StatefulSet":
+            assert workload["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}, what
+        for volume in spec.get("volumes", []):
+            if "persistentVolumeClaim" in volume:
+                assert retained(rendered, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"], namespace), what
+            if "secret" in volume:
+                assert retained(rendered, "Secret", volume["secret"]["secretName"], namespace), what
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert retained(rendered, "Secret", ref["name"], namespace), f"{what} {env['name']}"
+    # Only those: a namespace whose store is external (or absent) goes with its project.
+    for name in created - kept_namespaces:
+        assert not retained(rendered, "Namespace", name), f"{source}: namespace {name} holds no data"
+
+
+# --- a namespace no operator watches (infra/cluster_sharing.py) ------------------------------
+
+
+def with_project(projects: list, name: str) -> list:
+    """The projects plus a copy of the first one named `name` (its promoted images renamed)."""
+    first = projects[0]
+    entities = [{**e, **({"image": e["image"].replace(f"/{first['name']}/", f"/{name}/")} if "image" in e else {})}
+                for e in first["entities"]]
+    return [*projects, {**first, "name": name, "entities": entities}]
+
+
+def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource():
+    from infra import program, render
+    from infra.mocks import ProgramMocks, RecordingMonitor
+    import pulumi
+    import pulumi.runtime.settings
+
+    stack_file = edited("prod", projects=lambda projects: with_project(projects, "blog"))
+    with pytest.raises(ConfigError) as caught:
+        render.render("prod", stack_file=stack_file)
+    [problem] = caught.value.problems
+    assert problem == (
+        "cloudstation:projects[1].name: namespace 'blog-prod' — the CloudState operator of the owner stack 'test' "
+        "(platform.clusterOwnerStack) does not watch it, so its entities would never run; add 'blog-prod' to "
+        "platform.cloudstate.extraWatchedNamespaces in Pulumi.test.yaml and deploy test first")
+    # The program itself (as `pulumi up` runs it) stops in its config check: nothing is registered.
+    mocks = ProgramMocks()
+    pulumi.runtime.settings.ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project="cloudstation", stack="prod", preview=False, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
+    with pytest.raises(pulumi.RunError, match="'blog-prod'"):
+        program.main()
+    assert mocks.registrations == []
+
+
+def test_the_owner_refuses_to_deploy_without_the_namespaces_of_a_stack_that_names_it(tmp_path):
+    from infra import cluster_sharing
+
+    for stack in ("test", "prod"):
+        (tmp_path / f"Pulumi.{stack}.yaml").write_text((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    owner_config = validate_config("test")
+    assert cluster_sharing.problems(owner_config, "Pulumi.test.yaml", tmp_path) == []
+    prod = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
+    prod["config"]["cloudstation:projects"] = with_project(prod["config"]["cloudstation:projects"], "blog")
+    (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump(prod))
+    [problem] = cluster_sharing.problems(owner_config, "Pulumi.test.yaml", tmp_path)
+    watched = sorted(owner_config.platform.cloudstate.extra_watched_namespaces)
+    assert problem.startswith(f"cloudstation:platform.cloudstate.extraWatchedNamespaces: {watched} — misses 'blog-prod' "
+                              "of stack 'prod' (Pulumi.prod.yaml shares this cluster: platform.clusterOwnerStack: test)")
+    # A stack with its own cluster is no concern of the owner's.
+    prod["config"]["cloudstation:platform"]["ownsClusterResources"] = True
+    (tmp_path / "Pulumi.prod.yaml").write_text(yaml.safe_dump(prod))
+    assert cluster_sharing.problems(owner_config, "Pulumi.test.yaml", tmp_path) == []
+
+
+@pytest.mark.parametrize("owner, expected", [
+    ("staging", "cloudstation:platform.clusterOwnerStack: 'staging' — no stack file Pulumi.staging.yaml in "),
+    ("prod", "cloudstation:platform.clusterOwnerStack: 'prod' — Pulumi.prod.yaml does not own its cluster "
+             "(ownsClusterResources: false); name the stack that does"),
+])
+def test_the_owner_stack_must_exist_and_own_the_cluster(owner, expected):
+    stack_file = edited("prod", platform=lambda p: {**p, "clusterOwnerStack": owner})
+    with pytest.raises(ConfigError) as caught:
+        load(stack_file.values, root=ROOT, source="Pulumi.prod.yaml")
+    [problem] = caught.value.problems
+    assert problem.startswith(expected)
+
+
+def test_only_a_stack_that_does_not_own_its_cluster_names_an_owner():
+    stack_file = edited("test", platform=lambda p: {**p, "clusterOwnerStack": "prod"})
+    with pytest.raises(ConfigError) as caught:
+        load(stack_file.values)
+    assert caught.value.problems == [
+        "cloudstation:platform.clusterOwnerStack: 'prod' — only for a stack that does not own its cluster "
+        "(ownsClusterResources: false)"]
