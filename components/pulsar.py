@@ -78,15 +78,24 @@ class PulsarSettings(ConfigModel):
     """external: broker service URL, `pulsar://host:6650` (required for external)."""
     admin_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s]+$")
     """external: admin (web service) URL, `http://host:8080` (required for external)."""
+    cidrs: list[network.Cidr] = []
+    """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
+    required unless the URLs' hosts are in-cluster Services (`<service>.<namespace>.svc`)."""
+    allow_any_address: bool = False
+    """external: opt in to letting its clients connect to ANY address on its port (instead of `cidrs`)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "PulsarSettings":
         check_mode_keys(
             self,
             self.mode,
-            only={"managed": ("resources", "heap", "direct_memory", "storage"), "external": ("url", "admin_url")},
+            only={"managed": ("resources", "heap", "direct_memory", "storage"),
+                  "external": ("url", "admin_url", "cidrs", "allow_any_address")},
             required={"external": {"url": "the Pulsar cluster to use", "admin_url": "its admin (web service) URL"}},
         )
+        if self.mode == "external":
+            hosts = [network.url_host(self.url), network.url_host(self.admin_url)]
+            network.check_server_addresses(hosts, self.cidrs, self.allow_any_address)
         if self.mode == "managed":
             needed = mebibytes(self.heap) + mebibytes(self.direct_memory) + JVM_OVERHEAD_MIB
             if needed > mebibytes(self.resources.memory_limit):
@@ -214,8 +223,10 @@ class Pulsar(Component):
         if settings.mode == "external":
             self.url = pulumi.Output.from_input(settings.url)
             self.admin_url = pulumi.Output.from_input(settings.admin_url)
-            self.endpoint = network.url_endpoint(settings.url, BROKER_PORT)
-            self.admin_endpoint = network.url_endpoint(settings.admin_url, ADMIN_PORT)
+            self.endpoint = network.url_endpoint(settings.url, BROKER_PORT, settings.cidrs, settings.allow_any_address)
+            self.admin_endpoint = network.url_endpoint(
+                settings.admin_url, ADMIN_PORT, settings.cidrs, settings.allow_any_address
+            )
         else:
             self._managed(name, args)
         self.register_outputs({"url": self.url, "adminUrl": self.admin_url})

@@ -58,6 +58,11 @@ class RedisSettings(ConfigModel):
     """external: Secret in the Armada namespace that holds the Redis password (required for external)."""
     password_key: str = PASSWORD_KEY
     """external: key of the password in `existingSecret`."""
+    cidrs: list[network.Cidr] = []
+    """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
+    required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
+    allow_any_address: bool = False
+    """external: opt in to letting its clients connect to ANY address on its port (instead of `cidrs`)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> "RedisSettings":
@@ -65,9 +70,11 @@ class RedisSettings(ConfigModel):
             self,
             self.mode,
             only={"managed": ("resources", "storage", "append_only"),
-                  "external": ("host", "existing_secret", "password_key")},
+                  "external": ("host", "existing_secret", "password_key", "cidrs", "allow_any_address")},
             required={"external": {"host": "the Redis to use", "existing_secret": "the Secret with its password"}},
         )
+        if self.mode == "external":
+            network.check_server_addresses([self.host], self.cidrs, self.allow_any_address)
         return self
 
 
@@ -177,7 +184,7 @@ class Redis(Component):
             self.host = pulumi.Output.from_input(settings.host)
             self.secret_name = pulumi.Output.from_input(settings.existing_secret)
             self.password_key = settings.password_key
-            self.endpoint = network.host_endpoint(settings.host, settings.port)
+            self.endpoint = network.host_endpoint(settings.host, settings.port, settings.cidrs, settings.allow_any_address)
         else:
             self._managed(name, args)
         self.register_outputs({"host": self.host, "port": self.port, "secretName": self.secret_name})

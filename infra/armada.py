@@ -9,14 +9,15 @@ Order (Pulumi waits for Jobs to complete and Deployments to be ready):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 import yaml
 
+from components.armada.auth import ArmadaAuth, ArmadaAuthArgs, ServiceCredentials
 from components.armada.binoculars import Binoculars
-from components.armada.cluster import ClusterPrerequisites, ClusterPrerequisitesArgs
-from components.armada.config import LOOKOUT_PORTS, SERVER_PORTS, Endpoints, armadactl_config
+from components.armada.cluster import ClusterPrerequisites, ClusterPrerequisitesArgs, service_account_user
+from components.armada.config import LOOKOUT_PORTS, SERVER_PORTS, Endpoints, armadactl_config, executor_name
 from components.armada.event_ingester import EventIngester
 from components.armada.executor import Executor, ExecutorArgs
 from components.armada.lookout import Lookout
@@ -86,15 +87,35 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         redis_endpoint=redis.endpoint,
         pulsar_endpoint=pulsar.endpoint,
         pulsar_admin_endpoint=pulsar.admin_endpoint,
+        kubernetes_api=config.platform.kubernetes_api,
     )
 
-    def service_args(image_name: str, start_after: list[pulumi.Resource]) -> ArmadaArgs:
-        return ArmadaArgs(armada, endpoints, image(image_name, mirror), tuple(start_after))
+    # Generated users and passwords of every caller of the server and scheduler, in Secrets
+    # (components/armada/auth.py); the login files point at the public address, else a port-forward.
+    public_grpc = armada.server.public_grpc_address
+    auth = ArmadaAuth(
+        "armada-auth",
+        ArmadaAuthArgs(
+            config=armada,
+            namespace=armada.namespace,
+            context=f"cloudstation-{stack.stack}",
+            api_address=public_grpc or f"localhost:{SERVER_PORTS['grpc']}",
+            api_tls=public_grpc is not None,
+        ),
+        opts,
+    )
+
+    def service_args(
+        image_name: str, start_after: list[pulumi.Resource], credentials: Optional[ServiceCredentials] = None
+    ) -> ArmadaArgs:
+        return ArmadaArgs(armada, endpoints, image(image_name, mirror), tuple(start_after), credentials)
 
     lookout = Lookout("armada-lookout", service_args("armada-lookout", postgres.ready), opts)
-    scheduler = Scheduler("armada-scheduler", service_args("armada-scheduler", [*postgres.ready, pulsar]), opts)
+    scheduler = Scheduler(
+        "armada-scheduler", service_args("armada-scheduler", [*postgres.ready, pulsar], auth.scheduler), opts
+    )
     # G3: the server reads queues from tables the lookout migration creates.
-    server = Server("armada-server", service_args("armada-server", [lookout.migration, redis, pulsar]), opts)
+    server = Server("armada-server", service_args("armada-server", [lookout.migration, redis, pulsar], auth.server), opts)
     SchedulerIngester(
         "armada-scheduler-ingester", service_args("armada-scheduler-ingester", [scheduler.migration, pulsar]), opts
     )
@@ -105,20 +126,30 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     # Armada per cluster), so the cluster-scoped prerequisites are always this stack's.
     cluster = ClusterPrerequisites(
         "armada-cluster",
-        ClusterPrerequisitesArgs(priority_classes=armada.priority_classes, binoculars=armada.binoculars.enabled),
-        stack.opts,
+        ClusterPrerequisitesArgs(
+            priority_classes=armada.priority_classes,
+            binoculars=armada.binoculars.enabled,
+            executor_users=[service_account_user(armada.namespace, executor_name(e)) for e in armada.executors],
+            job_namespaces=armada.job_namespaces,
+            job_service_account=armada.job_service_account,
+        ),
+        pulumi.ResourceOptions(provider=stack.provider, depends_on=job_namespaces),
     )
     prerequisites: list[pulumi.Resource] = cluster.resources
     for executor in armada.executors:
-        after = service_args("armada-executor", [scheduler.deployment, *prerequisites, *job_namespaces])
+        after = service_args(
+            "armada-executor", [scheduler.deployment, *prerequisites, *job_namespaces], auth.executors[executor.name]
+        )
         Executor(f"armada-executor-{executor.name}", ExecutorArgs(**vars(after), executor=executor), opts)
     if armada.binoculars.enabled:
-        Binoculars("armada-binoculars", service_args("armada-binoculars", list(prerequisites)), opts)
+        Binoculars(
+            "armada-binoculars", service_args("armada-binoculars", [*prerequisites, *job_namespaces], auth.binoculars), opts
+        )
 
     # Queues go through the server's REST API, so they need the server up (and not the
     # Kubernetes provider: they belong to their dynamic provider).
     queue_names = pulumi.Output.from_input([])
-    queue_settings = queues_args(config)
+    queue_settings = queues_args(config, default_login=(auth.queue_user, auth.queue_password))
     if queue_settings is not None:
         queues = Queues("armada-queues", queue_settings, pulumi.ResourceOptions(depends_on=[server.deployment]))
         queue_names = queues.names
@@ -133,7 +164,6 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         lambda name: armada.lookout.public_url
         or f"http://{service_dns(name, armada.namespace)}:{LOOKOUT_PORTS['http']}"
     )
-    public_grpc = armada.server.public_grpc_address
     armadactl = grpc_address.apply(
         lambda address: yaml.safe_dump(
             armadactl_config(f"cloudstation-{stack.stack}", public_grpc or address, tls=public_grpc is not None),

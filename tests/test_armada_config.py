@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from components.armada import config as ac
 from components.armada.binoculars import binoculars_spec
-from components.armada.cluster import BINOCULARS_RULES, EXECUTOR_RULES, priority_class
+from components.armada.cluster import BINOCULARS_JOB_RULES, EXECUTOR_JOB_RULES, EXECUTOR_RULES, priority_class
 from components.armada.event_ingester import event_ingester_spec
 from components.armada.executor import ExecutorArgs, executor_spec
 from components.armada.lookout import lookout_spec
@@ -195,14 +195,24 @@ def test_every_in_cluster_grpc_connection_says_force_no_tls_and_targets_the_righ
     assert default("executor")["executorApiConnection"]["forceNoTls"] is False
 
 
-def test_server_and_scheduler_have_auth_and_executors_may_lease_jobs():
+def test_no_anonymous_access_and_no_permission_for_everyone_by_default():
     configs = {s: spec.config for s, spec in specs().items()}
     assert "auth" not in default("server") and "auth" not in default("scheduler")
-    server_auth, scheduler_auth = configs["server"]["auth"], configs["scheduler"]["auth"]
-    assert server_auth["anonymousAuth"] is True and scheduler_auth["anonymousAuth"] is True
-    # Executors connect anonymously; every principal is in group "everyone" (NOTES §9).
-    assert "everyone" in scheduler_auth["permissionGroupMapping"]["execute_jobs"]
-    assert "everyone" in server_auth["permissionGroupMapping"]["create_queue"]
+    # Binoculars' default is anonymous, so it is switched off explicitly.
+    assert default("binoculars")["auth"]["anonymousAuth"] is True
+    for service in ("server", "scheduler", "binoculars"):
+        assert configs[service]["auth"]["anonymousAuth"] is False, service
+    # Every authenticated principal, the platform's own included, is in "everyone" (NOTES §9).
+    for service in ("server", "scheduler", "binoculars"):
+        mapping = configs[service]["auth"].get("permissionGroupMapping", {})
+        assert all("everyone" not in groups for groups in mapping.values()), service
+    # The scheduler's only permission is for this stack's executors; binoculars grants none
+    # (no node cordoning).
+    assert configs["scheduler"]["auth"]["permissionGroupMapping"] == {"execute_jobs": ["cloudstation-executors"]}
+    assert "permissionGroupMapping" not in configs["binoculars"]["auth"]
+    server = configs["server"]["auth"]["permissionGroupMapping"]
+    assert {p for p, groups in server.items() if "cloudstation-queue-managers" in groups} == {"create_queue", "delete_queue"}
+    assert {p for p, groups in server.items() if "armada-admins" in groups} == set(server) - {"execute_jobs"}
 
 
 def test_every_executor_pool_is_a_scheduler_pool():
@@ -310,12 +320,41 @@ def notes_table(title: str) -> list[dict]:
     return rules
 
 
-def test_cluster_roles_are_exactly_upstreams():
-    assert EXECUTOR_RULES == notes_table("**Executor ClusterRole**")
-    # Plus pod logs: binoculars serves them with its own token (no impersonation by default).
-    assert BINOCULARS_RULES == notes_table("**Binoculars ClusterRole**") + [
-        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
-    ]
+def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+FORBIDDEN = {
+    ("", "users", "impersonate"), ("", "groups", "impersonate"), ("", "serviceaccounts", "impersonate"),
+    ("", "serviceaccounts/token", "create"), ("", "nodes/proxy", "get"), ("", "nodes", "patch"),
+    ("authentication.k8s.io", "tokenreviews", "create"), ("", "secrets", "get"),
+}
+
+
+def test_executor_roles_are_a_least_privilege_subset_of_upstreams():
+    upstream = grants(notes_table("**Executor ClusterRole**"))
+    cluster_wide, in_job_namespaces = grants(EXECUTOR_RULES), grants(EXECUTOR_JOB_RULES)
+    assert cluster_wide | in_job_namespaces <= upstream
+    # Cluster-wide: reading only (its informers, v0.22.7 cluster_context.go), nothing written.
+    assert {verb for _, _, verb in cluster_wide} == {"get", "list", "watch"}
+    assert {(g, r) for g, r, _ in cluster_wide} == {
+        ("", "pods"), ("", "events"), ("", "nodes"), ("", "services"),
+        ("networking.k8s.io", "ingresses"), ("discovery.k8s.io", "endpointslices"),
+    }
+    # In the job namespaces: exactly what it writes.
+    assert in_job_namespaces == {
+        ("", "pods", "create"), ("", "pods", "patch"), ("", "pods", "delete"),
+        ("", "services", "create"), ("", "services", "delete"),
+        ("networking.k8s.io", "ingresses", "create"), ("networking.k8s.io", "ingresses", "delete"),
+    }
+    assert not (cluster_wide | in_job_namespaces) & FORBIDDEN
+    assert not [g for g in cluster_wide | in_job_namespaces if "*" in g]
+
+
+def test_binoculars_only_reads_job_logs():
+    assert grants(BINOCULARS_JOB_RULES) == {("", "pods/log", "get")}
+    # Upstream's role would let it impersonate anyone and patch every node.
+    assert {("", "users", "impersonate"), ("", "nodes", "patch")} <= grants(notes_table("**Binoculars ClusterRole**"))
 
 
 def test_armadactl_config_has_the_reference_shape():

@@ -9,8 +9,10 @@ import json
 import pytest
 import yaml
 
+from components.armada.auth import AUTH_PATH
 from components.armada.config import CONFIG_FILE, CONFIG_PATH, key_paths
 from components.armada.service import checksum
+from components import network
 from infra import checks, validate
 from infra.render import StackFile, render
 from infra.versions import ARMADA, IMAGES, tag_of
@@ -28,6 +30,8 @@ SERVICES = {
     "armada-event-ingester": "armada-event-ingester",
 }
 WITH_HEALTH = {"armada-server", "armada-scheduler", "armada-lookout", "armada-binoculars"}
+WITH_CREDENTIALS = {"armada-server", "armada-scheduler", "armada-binoculars"}
+"""Besides every executor: the services that authenticate callers or call another with a password."""
 
 
 @pytest.fixture
@@ -84,6 +88,8 @@ def test_every_service_runs_its_pinned_image_with_its_config(rendered):
         [container] = pod_spec(deployment)["containers"]
         assert container["image"] == IMAGES[key] and tag_of(container["image"]) == ARMADA, name
         expected_args = ["run", "--config", CONFIG_PATH] if name == "armada-scheduler" else ["--config", CONFIG_PATH]
+        if name in WITH_CREDENTIALS or name.startswith("armada-executor-"):
+            expected_args += ["--config", AUTH_PATH]  # the credentials file, merged over the config
         assert container["args"] == expected_args, name
         volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
         assert volumes["config"]["configMap"]["name"] == name
@@ -421,7 +427,11 @@ def test_variant_one_executor_per_entry_and_binoculars(variant):
     assert pools == {"armada-executor-cpu": "default", "armada-executor-gpu": "gpu"}
     lookout_ui = service_config(variant, "armada-lookout")["uiConfig"]
     assert lookout_ui["binocularsBaseUrlPattern"] == "http://armada-binoculars.armada-b.svc.cluster.local:8080"
-    assert find(variant, "ClusterRoleBinding", "armada-b-armada-binoculars")["roleRef"]["name"] == "cloudstation-armada-binoculars"
+    # Binoculars reads job logs in the job namespaces and nothing cluster-wide.
+    for job_namespace in ("batch-a", "batch-b"):
+        binding = find(variant, "RoleBinding", "armada-b-armada-binoculars", job_namespace)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                      "name": "cloudstation-armada-binoculars-jobs"}
     assert {"batch-a", "batch-b"} <= {o["metadata"]["name"] for o in objects(variant, "Namespace")}
     assert validate.validate_all([o for o in armada_objects(variant) if o["kind"] != "Secret"]) == []
 
@@ -429,9 +439,10 @@ def test_variant_one_executor_per_entry_and_binoculars(variant):
 def test_variant_without_pruning(variant):
     mine = armada_objects(variant)
     assert [o for o in mine if o["kind"] == "CronJob"] == []
-    # restrictGrpc off: the scheduler's gRPC port admits any source
+    # restrictGrpc off: the scheduler's gRPC port admits any source (every address and every pod)
     scheduler = next(o for o in mine if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "armada-scheduler")
-    assert scheduler["spec"]["ingress"] == [{"ports": [{"port": 50052, "protocol": "TCP"}]}]
-    # One binding per executor and binoculars, named after the Armada namespace.
-    bindings = sorted(o["metadata"]["name"] for o in mine if o["kind"] == "ClusterRoleBinding")
-    assert bindings == ["armada-b-armada-binoculars", "armada-b-armada-executor-cpu", "armada-b-armada-executor-gpu"]
+    assert scheduler["spec"]["ingress"] == [{"from": network.any_source(), "ports": [{"port": 50052, "protocol": "TCP"}]}]
+    # One cluster-wide (read-only) binding per executor, named after the Armada namespace;
+    # binoculars has none.
+    bindings = sorted(o["metadata"]["name"] for o in objects(variant, "ClusterRoleBinding") if "armada" in o["metadata"]["name"])
+    assert bindings == ["armada-b-armada-executor-cpu", "armada-b-armada-executor-gpu"]

@@ -177,7 +177,8 @@ def test_managed_pulsar_is_one_standalone_broker_with_auto_created_topics(mocked
 
 
 def test_external_pulsar_registers_nothing(mocked):
-    settings = PulsarSettings(mode="external", url="pulsar+ssl://pulsar.example:6651", admin_url="https://pulsar.example")
+    settings = PulsarSettings(mode="external", url="pulsar+ssl://pulsar.example:6651", admin_url="https://pulsar.example",
+                              cidrs=["10.8.0.0/24"])
     objects, outputs = build(mocked, lambda: vars_of(Pulsar("armada-pulsar", PulsarArgs(settings, "armada"))))
     assert objects == []
     assert outputs == {"url": "pulsar+ssl://pulsar.example:6651", "admin_url": "https://pulsar.example"}

@@ -5,7 +5,7 @@ from typing import Optional
 
 import pulumi
 
-from components.armada.cluster import BINOCULARS_CLUSTER_ROLE
+from components.armada.cluster import BINOCULARS_JOBS_ROLE
 from components.armada.config import BINOCULARS, BINOCULARS_PORTS, binoculars_config
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.workload import ServiceSpec, config_args
@@ -22,8 +22,9 @@ def binoculars_spec(args: ArmadaArgs) -> ServiceSpec:
         resources=settings.resources,
         replicas=settings.replicas,
         health=True,
-        api_access=True,  # reads pod logs, cordons nodes
-        callers={"grpc": None, "http": None},  # called by users' browsers (from Lookout)
+        credentials=args.credentials,
+        api_access=True,  # reads job pods' logs (it may not cordon nodes)
+        callers={"grpc": args.config.user_access.peers(), "http": args.config.user_access.peers()},  # users' browsers (from Lookout)
     )
 
 
@@ -33,6 +34,7 @@ class Binoculars(ArmadaService):
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Binoculars", name, opts)
         spec = binoculars_spec(args)
-        self._bind_cluster_role(name, BINOCULARS_CLUSTER_ROLE, spec, args.endpoints.namespace)
+        # Job logs in the job namespaces, nothing cluster-wide (components/armada/cluster.py).
+        self._bind_in_job_namespaces(name, BINOCULARS_JOBS_ROLE, spec, args)
         self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

@@ -1,13 +1,27 @@
-"""Cluster-scoped prerequisites of Armada: its PriorityClasses and the executor's and
-binoculars' ClusterRoles as upstream defines them (armada/NOTES.md §6, §7), plus binoculars'
-reading of pod logs (BINOCULARS_LOG_RULE).
+"""Cluster-scoped prerequisites of Armada: its PriorityClasses, the least-privilege roles of the
+executors and binoculars, and the admission policy that keeps job pods in the job namespaces.
 
-Only the stack that owns cluster resources creates them; ClusterRoleBindings (per stack, named
-after the stack's Armada namespace) live with the executor and binoculars components."""
+Only the stack that owns cluster resources creates them; bindings live with the executor and
+binoculars components: one ClusterRoleBinding for what the executor reads cluster-wide, and
+RoleBindings in each job namespace for everything either of them writes or reads there.
+
+Upstream's roles (armada/NOTES.md §7) grant far more; what v0.22.7 actually does decides ours:
+- executor (internal/executor/context/cluster_context.go): one cluster-wide informer factory over
+  pods, nodes, events, services, ingresses and endpointslices (`WaitForCacheSync` waits for all,
+  so each needs cluster-wide list/watch); it writes only pods (create, patch of an annotation,
+  delete, and a direct get), services and ingresses (create, delete), in the jobs' namespaces.
+  Dropped: `impersonate` (only with `kubernetes.impersonateUsers`, off and refused in settings),
+  `nodes/proxy` (only the kubelet stats of `metric.exposeQueueUsageMetrics`, off and refused),
+  `serviceaccounts/token` and `tokenreviews` (no code path uses them), every write to events,
+  `update` and `deletecollection`.
+- binoculars (internal/binoculars/service): reads logs of `armada-<job>-<n>` pods with its own
+  client (impersonation is off); cordoning patches nodes cluster-wide, which we do not grant:
+  cordon nodes with kubectl (docs/armada.md).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -17,37 +31,111 @@ from components.k8s import PART_OF
 from components.component import Component
 
 EXECUTOR_CLUSTER_ROLE = "cloudstation-armada-executor"
-BINOCULARS_CLUSTER_ROLE = "cloudstation-armada-binoculars"
+EXECUTOR_JOBS_ROLE = "cloudstation-armada-executor-jobs"
+BINOCULARS_JOBS_ROLE = "cloudstation-armada-binoculars-jobs"
+READ = ["get", "list", "watch"]
 
 EXECUTOR_RULES = [
-    {"apiGroups": [""], "resources": ["pods"],
-     "verbs": ["get", "list", "watch", "create", "delete", "deletecollection", "patch", "update"]},
-    {"apiGroups": [""], "resources": ["events"],
-     "verbs": ["get", "list", "watch", "delete", "deletecollection", "patch"]},
-    {"apiGroups": [""], "resources": ["services"],
-     "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]},
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"],
-     "verbs": ["get", "list", "watch", "create", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods", "events", "nodes", "services"], "verbs": READ},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": READ},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": READ},
 ]
-"""The executor's ClusterRole (Helm and operator agree; NOTES §7)."""
+"""What the executor reads cluster-wide (its informers); nothing else, nothing written."""
+
+EXECUTOR_JOB_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "delete"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": ["create", "delete"]},
+]
+"""What the executor writes, granted only by RoleBindings in the job namespaces."""
 
 BINOCULARS_LOG_RULE = {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
-"""Not in upstream's role: binoculars reads job logs with its own token unless it impersonates
-users (`impersonateUsers`, off by default; v0.22.7 internal/binoculars/service/logs.go), so
-without it Lookout's log view gets 403 (upstream leaves it to additionalClusterRoleBindings)."""
+BINOCULARS_JOB_RULES = [BINOCULARS_LOG_RULE]
+"""Binoculars' only permission, in the job namespaces: job logs for Lookout."""
 
-BINOCULARS_RULES = [
-    {"apiGroups": [""], "resources": ["users", "groups"], "verbs": ["impersonate"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-    BINOCULARS_LOG_RULE,
-]
-"""Binoculars' ClusterRole (NOTES §7) plus reading pod logs."""
+# --- the admission policy --------------------------------------------------------------------
+
+JOB_POLICY = "cloudstation-armada-job-pods"
+PLATFORM_LABEL_DOMAIN = "cloudstation.io"
+"""Label keys in this domain (and its subdomains) are the platform's own (e.g. the scheduler's
+client label); `app.kubernetes.io/part-of: cloudstation` marks the platform's objects."""
+
+
+def cel_list(values: Sequence[str]) -> str:
+    """A CEL list literal of strings (names are DNS labels and service-account user names:
+    no quotes or backslashes to escape)."""
+    for value in values:
+        assert "'" not in value and "\\" not in value, value
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def job_policy_validations(job_namespaces: Sequence[str], job_service_account: str) -> list[dict]:
+    """The rules: in a job namespace, as the designated service account, without platform labels.
+    CEL against the admission request (`request`) and the object after mutating admission
+    (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`)."""
+    # A key whose prefix is the domain or a subdomain of it (core CEL `matches`, RE2 syntax).
+    platform_label = f"k.matches('^([^/]*[.])?{PLATFORM_LABEL_DOMAIN.replace('.', '[.]')}/')"
+    return [
+        {
+            "expression": f"request.namespace in {cel_list(job_namespaces)}",
+            "message": f"Armada executors may only create objects in the job namespaces {', '.join(job_namespaces)}",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                "request.kind.kind != 'Pod' || ("
+                f"(!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == '{job_service_account}') && "
+                f"(!has(object.spec.serviceAccount) || object.spec.serviceAccount == '{job_service_account}'))"
+            ),
+            "message": f"Armada job pods run as the service account '{job_service_account}' only",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": (
+                "!has(object.metadata.labels) || ("
+                f"!object.metadata.labels.exists(k, {platform_label}) && "
+                "!('app.kubernetes.io/part-of' in object.metadata.labels && "
+                f"object.metadata.labels['app.kubernetes.io/part-of'] == '{PART_OF}'))"
+            ),
+            "message": "Armada jobs may not carry the platform's own labels",
+            "reason": "Forbidden",
+        },
+    ]
+
+
+def job_policy(executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str) -> dict:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) on what the
+    executors' service accounts create or change: pods, services, ingresses."""
+    return {
+        "metadata": {"name": JOB_POLICY, "labels": cluster_labels("armada")},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                     "resources": ["pods", "services"]},
+                    {"apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                     "resources": ["ingresses"]},
+                ],
+            },
+            "matchConditions": [
+                {"name": "an-armada-executor", "expression": f"request.userInfo.username in {cel_list(executor_users)}"},
+            ],
+            "validations": job_policy_validations(job_namespaces, job_service_account),
+        },
+    }
+
+
+def job_policy_binding() -> dict:
+    """Every namespace (a pod outside the job namespaces must be seen to be refused)."""
+    return {
+        "metadata": {"name": JOB_POLICY, "labels": cluster_labels("armada")},
+        "spec": {"policyName": JOB_POLICY, "validationActions": ["Deny"]},
+    }
 
 
 def cluster_labels(component: str) -> dict[str, str]:
@@ -88,15 +176,29 @@ def cluster_role_binding(name: str, role: str, service_account: str, namespace: 
     }
 
 
+def role_binding(name: str, namespace: str, role: str, service_account: str, account_namespace: str) -> dict:
+    """A RoleBinding in `namespace` granting the ClusterRole `role` there only."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": cluster_labels(role)},
+        "role_ref": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": account_namespace}],
+    }
+
+
 @dataclass(frozen=True)
 class ClusterPrerequisitesArgs:
     priority_classes: Mapping[str, PriorityClassSettings]
     binoculars: bool
-    """Whether to create binoculars' ClusterRole too."""
+    """Whether to create binoculars' role too."""
+    executor_users: Sequence[str] = ()
+    """Kubernetes user names of the executors' service accounts (the admission policy's subjects)."""
+    job_namespaces: Sequence[str] = ()
+    job_service_account: str = "default"
 
 
 class ClusterPrerequisites(Component):
-    """PriorityClasses and ClusterRoles. Attribute `resources`: what bindings must wait for."""
+    """PriorityClasses, ClusterRoles and the job admission policy. Attribute `resources`: what
+    the executors must wait for."""
 
     def __init__(self, name: str, args: ClusterPrerequisitesArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:ClusterPrerequisites", name, None, opts)
@@ -109,10 +211,37 @@ class ClusterPrerequisites(Component):
         self.resources.append(
             k8s.rbac.v1.ClusterRole(f"{name}-executor", **cluster_role(EXECUTOR_CLUSTER_ROLE, EXECUTOR_RULES), opts=child)
         )
+        self.resources.append(
+            k8s.rbac.v1.ClusterRole(f"{name}-executor-jobs", **cluster_role(EXECUTOR_JOBS_ROLE, EXECUTOR_JOB_RULES), opts=child)
+        )
         if args.binoculars:
             self.resources.append(
                 k8s.rbac.v1.ClusterRole(
-                    f"{name}-binoculars", **cluster_role(BINOCULARS_CLUSTER_ROLE, BINOCULARS_RULES), opts=child
+                    f"{name}-binoculars-jobs", **cluster_role(BINOCULARS_JOBS_ROLE, BINOCULARS_JOB_RULES), opts=child
                 )
             )
+        if args.job_service_account != "default":
+            # The designated account of job pods: bound to nothing, no token unless a job asks.
+            for job_namespace in args.job_namespaces:
+                self.resources.append(
+                    k8s.core.v1.ServiceAccount(
+                        f"{name}-job-account-{job_namespace}",
+                        metadata={"name": args.job_service_account, "namespace": job_namespace,
+                                  "labels": cluster_labels("armada-jobs")},
+                        automount_service_account_token=False,
+                        opts=child,
+                    )
+                )
+        # The policy exists and is bound before any executor runs.
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-job-policy",
+            **job_policy(args.executor_users, args.job_namespaces, args.job_service_account),
+            opts=child,
+        )
+        self.resources.append(policy)
+        self.resources.append(
+            k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                f"{name}-job-policy-binding", **job_policy_binding(), opts=self.child_opts(depends_on=[policy])
+            )
+        )
         self.register_outputs({})

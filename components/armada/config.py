@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from components.network import Endpoint
+from components.network import Endpoint, KubernetesApi
 from components.armada.settings import ArmadaConfig, ExecutorSettings
 from components.k8s import secret_env, service_dns
 
@@ -81,10 +81,12 @@ class Endpoints:
     redis_password_key: str = "password"
     postgres_endpoint: Optional[Endpoint] = None
     """The dependencies' network endpoints (their components' `endpoint`), for the services'
-    egress policies; None allows any address on the dependency's port."""
+    egress policies; a service whose config names a dependency without one gets no policy."""
     redis_endpoint: Optional[Endpoint] = None
     pulsar_endpoint: Optional[Endpoint] = None
     pulsar_admin_endpoint: Optional[Endpoint] = None
+    kubernetes_api: Optional[KubernetesApi] = None
+    """Where the executors and binoculars reach the API server (platform.kubernetesApi)."""
 
     def grpc_address(self, service: str, port: int) -> str:
         return f"{service_dns(service, self.namespace)}:{port}"
@@ -152,11 +154,9 @@ def server_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         "grpcPort": SERVER_PORTS["grpc"],
         "httpPort": SERVER_PORTS["http"],
         "metricsPort": SERVER_PORTS["metrics"],
-        # The default file has no auth and the server refuses to start without one (G4).
-        "auth": {
-            "anonymousAuth": config.auth.anonymous,
-            "permissionGroupMapping": {k: list(v) for k, v in config.auth.permission_group_mapping.items()},
-        },
+        # The default file has no auth and the server refuses to start without one (G4). The
+        # users and passwords are in the credentials file (components/armada/auth.py).
+        "auth": {"anonymousAuth": config.auth.anonymous, "permissionGroupMapping": config.auth.server_mapping()},
         # G1: without forceNoTls the client turns TLS on for any non-localhost address.
         "schedulerApiConnection": {
             "armadaUrl": endpoints.grpc_address(SCHEDULER, SCHEDULER_PORTS["grpc"]),
@@ -193,11 +193,9 @@ def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         "grpc": {"port": SCHEDULER_PORTS["grpc"]},
         "http": {"port": SCHEDULER_PORTS["http"]},
         "metrics": {"port": SCHEDULER_PORTS["metrics"]},
-        # G4: executors lease jobs only with execute_jobs.
-        "auth": {
-            "anonymousAuth": config.auth.anonymous,
-            "permissionGroupMapping": {"execute_jobs": list(config.auth.executor_groups)},
-        },
+        # G4: executors lease jobs only with execute_jobs. Only the platform's own users (the
+        # server, the executors; credentials file) call the scheduler, so never anonymously.
+        "auth": {"anonymousAuth": False, "permissionGroupMapping": config.auth.scheduler_mapping()},
         "armadaApi": {"armadaUrl": endpoints.grpc_address(SERVER, SERVER_PORTS["grpc"]), "forceNoTls": True},
         **postgres_section(endpoints, config.databases.scheduler),
         **pulsar_section(endpoints, {"jobsetEventsTopic": config.topics.events}),
@@ -292,6 +290,9 @@ def binoculars_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         "grpcPort": BINOCULARS_PORTS["grpc"],
         "httpPort": BINOCULARS_PORTS["http"],
         "metricsPort": BINOCULARS_PORTS["metrics"],
+        # Its default is anonymous; the users are in the credentials file. No permission mapping:
+        # nobody may cordon nodes through it (it has no RBAC to, components/armada/cluster.py).
+        "auth": {"anonymousAuth": config.auth.anonymous},
     }
     if config.lookout.public_url:
         generated["corsAllowedOrigins"] = [config.lookout.public_url]

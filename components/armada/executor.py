@@ -9,7 +9,7 @@ from typing import Optional
 
 import pulumi
 
-from components.armada.cluster import EXECUTOR_CLUSTER_ROLE
+from components.armada.cluster import EXECUTOR_CLUSTER_ROLE, EXECUTOR_JOBS_ROLE
 from components.armada.config import EXECUTOR_PORTS, executor_config, executor_name
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.settings import ExecutorSettings
@@ -33,6 +33,7 @@ def executor_spec(args: ExecutorArgs) -> ServiceSpec:
         resources=settings.resources,
         replicas=settings.replicas,
         health=True,
+        credentials=args.credentials,
         api_access=True,  # it creates and watches job pods
         termination_grace_seconds=5,  # as upstream Helm
         # Its cluster id is its identity at the scheduler (v0.22.7 internal/scheduler/api.go,
@@ -44,11 +45,13 @@ def executor_spec(args: ExecutorArgs) -> ServiceSpec:
 
 
 class Executor(ArmadaService):
-    """Outputs: `service_name`. Its ClusterRoleBinding grants the shared executor ClusterRole."""
+    """Outputs: `service_name`. A ClusterRoleBinding grants the executor's cluster-wide reads,
+    RoleBindings in the job namespaces its writes (components/armada/cluster.py)."""
 
     def __init__(self, name: str, args: ExecutorArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Executor", name, opts)
         spec = executor_spec(args)
         self._bind_cluster_role(name, EXECUTOR_CLUSTER_ROLE, spec, args.endpoints.namespace)
+        self._bind_in_job_namespaces(name, EXECUTOR_JOBS_ROLE, spec, args)
         self._deploy(name, spec, args.endpoints, start_after=args.start_after)
         self.register_outputs({"service_name": self.service_name})

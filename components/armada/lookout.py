@@ -22,7 +22,7 @@ def lookout_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
         health=True,
-        callers={"http": None},  # the UI and its REST API, for users' browsers
+        callers={"http": args.config.user_access.peers()},  # the UI and its REST API, for users' browsers
     )
 
 

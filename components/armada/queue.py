@@ -42,7 +42,8 @@ class QueueArgs(ConfigModel):
     priority_factor: float = 1.0
     """Share weight: a queue with factor 2 gets half the share of one with factor 1. At least 1."""
     user_owners: list[str] = []
-    """Users who own the queue (may submit and cancel its jobs); empty means whoever creates it."""
+    """Users who own the queue (may submit and cancel its jobs); empty means `admin` when the
+    program's own queue user creates it (Armada would make that user the owner)."""
     group_owners: list[str] = []
     """Groups whose members own the queue."""
     labels: dict[str, str] = {}
@@ -84,8 +85,9 @@ class QueueApiSettings(ConfigModel):
     timeout_seconds: int = Field(default=30, ge=1, le=600)
     """Timeout of one HTTP request."""
     username: Optional[str] = None
-    """Basic-auth user for a server that does not allow anonymous queue management; the password
-    is the secret config key `armadaQueueApiPassword` (`pulumi config set --secret ...`)."""
+    """Basic-auth user to manage queues as, with its password in the secret config key
+    `armadaQueueApiPassword` (`pulumi config set --secret ...`). Unset: the user this program
+    generates for it (`cloudstation-queues`, allowed create_queue and delete_queue only)."""
 
     @model_validator(mode="after")
     def _password_is_set(self, info: ValidationInfo) -> "QueueApiSettings":
@@ -316,10 +318,27 @@ class Queues(Component):
         self.register_outputs({"names": self.names})
 
 
-def queues_args(config: "StackConfig") -> Optional[QueuesArgs]:
-    """What `Queues` needs for this stack, or None when queues are not managed here."""
+DEFAULT_OWNER = "admin"
+"""The generated administrator (components/armada/auth.py): owner of queues that name none."""
+
+
+def queues_args(
+    config: "StackConfig", default_login: Optional[tuple[str, pulumi.Input[str]]] = None
+) -> Optional[QueuesArgs]:
+    """What `Queues` needs for this stack, or None when queues are not managed here.
+    `default_login` (user, secret password) is used unless `queueApi.username` names another."""
     api = config.platform.armada.queue_api
     if not api.enabled:
         return None
-    password = pulumi.Config().require_secret(QUEUE_API_PASSWORD_KEY) if api.username else None
-    return QueuesArgs(queues=project_queues(config), api=api, password=password)
+    queues = project_queues(config)
+    if api.username:
+        password = pulumi.Config().require_secret(QUEUE_API_PASSWORD_KEY)
+    elif default_login is not None:
+        user, password = default_login
+        api = api.model_copy(update={"username": user})
+        # Armada makes the caller the owner of a queue without owners (CreateQueue): not the
+        # platform's queue user, which must not gain rights on the queues it creates.
+        queues = [q if q.user_owners else q.model_copy(update={"user_owners": [DEFAULT_OWNER]}) for q in queues]
+    else:
+        password = None
+    return QueuesArgs(queues=queues, api=api, password=password)

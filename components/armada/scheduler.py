@@ -8,6 +8,7 @@ import pulumi
 from components.armada.config import SCHEDULER, SCHEDULER_PORTS, postgres_env, scheduler_config
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.workload import SCHEDULER_CLIENTS, ServiceSpec, TaskSpec, config_args
+from components.network import any_source
 
 
 def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
@@ -22,11 +23,12 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
         health=True,
+        credentials=args.credentials,
         # leader.mode standalone: every scheduler process considers itself the leader
         # (v0.22.7 internal/leaderelection/leader.go, StandaloneLeaderController), so two during
         # a rollout would both schedule and lease the same jobs.
         single_writer=True,
-        callers={"grpc": SCHEDULER_CLIENTS if settings.restrict_grpc else None},
+        callers={"grpc": SCHEDULER_CLIENTS if settings.restrict_grpc else tuple(any_source())},
     )
 
 

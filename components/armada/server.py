@@ -5,9 +5,14 @@ from typing import Optional
 
 import pulumi
 
-from components.armada.config import SERVER, SERVER_PORTS, postgres_env, redis_env, server_config
+from components.armada.config import SCHEDULER, SERVER, SERVER_PORTS, postgres_env, redis_env, server_config
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.workload import SCHEDULER_CLIENT, ServiceSpec, config_args
+from components.k8s import selector_labels
+from components.network import pods
+
+SCHEDULER_CALLERS = (pods(selector_labels(SCHEDULER)),)
+"""The scheduler calls the server's gRPC API (its `armadaApi`)."""
 
 
 def server_spec(args: ArmadaArgs) -> ServiceSpec:
@@ -22,11 +27,12 @@ def server_spec(args: ArmadaArgs) -> ServiceSpec:
         replicas=settings.replicas,
         env=[*postgres_env(args.endpoints), *redis_env("eventsApiRedis", args.endpoints)],
         health=True,
+        credentials=args.credentials,
         pod_labels=SCHEDULER_CLIENT,  # reports scheduling to the scheduler
         # The user-facing API (armadactl, browsers, queue management), reached through a
-        # port-forward, an Ingress or a LoadBalancer whose sources are cluster-specific; the
-        # scheduler calls the gRPC API too.
-        callers={"grpc": None, "http": None},
+        # port-forward (no rule needed) or the Ingress / LoadBalancer sources of
+        # `platform.armada.userAccess`, plus the scheduler on the gRPC API.
+        callers={"grpc": (*args.config.user_access.peers(), *SCHEDULER_CALLERS), "http": args.config.user_access.peers()},
     )
 
 

@@ -12,7 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.armada.cluster import binding_name, cluster_role_binding
+from components.armada.auth import ServiceCredentials
+from components.armada.cluster import binding_name, cluster_role_binding, role_binding
 from components.armada.config import CONFIG_FILE, Endpoints
 from components.armada.settings import ArmadaConfig
 from components.armada.workload import (
@@ -40,6 +41,8 @@ class ArmadaArgs:
     """The service's pinned image (infra/versions.py)."""
     start_after: Sequence[pulumi.Resource] = ()
     """Resources that must be ready first (e.g. the lookout migration before the server, G3)."""
+    credentials: Optional[ServiceCredentials] = None
+    """The service's credentials file (components/armada/auth.py), for those that have one."""
 
 
 class ArmadaService(Component):
@@ -60,6 +63,19 @@ class ArmadaService(Component):
             **cluster_role_binding(binding_name(namespace, spec.name), role, spec.name, namespace),
             opts=self.child_opts(),
         )
+
+    def _bind_in_job_namespaces(
+        self, name: str, role: str, spec: ServiceSpec, args: ArmadaArgs
+    ) -> None:
+        """Grants the ClusterRole `role` to the service's ServiceAccount in each job namespace
+        only; after `args.start_after`, which holds the job namespaces."""
+        namespace = args.endpoints.namespace
+        for job_namespace in args.config.job_namespaces:
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-{job_namespace}-binding",
+                **role_binding(binding_name(namespace, spec.name), job_namespace, role, spec.name, namespace),
+                opts=self.child_opts(depends_on=list(args.start_after)),
+            )
 
     def _deploy(
         self,

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from components.k8s import Resources
 from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
+from components.network import Sources
 from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs
 from components.pulsar import PulsarSettings
 from components.redis import RedisSettings
@@ -85,9 +86,8 @@ class SchedulerSettings(ServiceSettings):
     """Pools the scheduler schedules; every executor's pool must be one of them (G5)."""
     pruning: PruningSettings = PruningSettings()
     restrict_grpc: bool = True
-    """Only the server and the executors may call the scheduler's gRPC API (executors
-    authenticate anonymously, so reaching it is what allows leasing jobs); false admits any
-    source to it."""
+    """Only the server and the executors may connect to the scheduler's gRPC API (they also
+    authenticate, with generated users); false admits any source to it."""
     expire_after: str = Field(default="2h", pattern=r"^[0-9]+(s|m|h)$")
     """Pruner: how long finished jobs are kept in the scheduler database."""
 
@@ -154,33 +154,116 @@ PERMISSIONS = (
 """Armada's permissions (armada/NOTES.md §9)."""
 
 EVERYONE = "everyone"
-"""The group of every principal, including the anonymous one (NOTES §9)."""
+"""The group Armada puts every principal in, the anonymous one and the platform's own users
+included (v0.22.7 internal/common/auth/common.go, NewStaticPrincipal)."""
+
+ADMINS = "armada-admins"
+"""The group of the generated `admin` user; the default permission mapping grants it everything."""
+PLATFORM_PREFIX = "cloudstation-"
+"""Users and groups the program generates for Armada's own services (components/armada/auth.py)."""
+USER_NAME = r"^[a-z][a-z0-9]{0,30}$"
+"""Armada reads its config through Viper, which lowercases map keys (basic-auth user names)."""
+GROUP_NAME = r"^[A-Za-z0-9][-A-Za-z0-9_.:@/]{0,127}$"
+
+SERVER_PERMISSIONS = tuple(p for p in PERMISSIONS if p != "execute_jobs")
+"""What the server checks (execute_jobs is the scheduler's, for executors)."""
+EXECUTORS = f"{PLATFORM_PREFIX}executors"
+"""The group of the generated executor users: `execute_jobs` on the scheduler, nothing else."""
+QUEUE_MANAGERS = f"{PLATFORM_PREFIX}queue-managers"
+"""The group of the user `pulumi up` manages queues as: create_queue and delete_queue only."""
+QUEUE_MANAGER_PERMISSIONS = ("create_queue", "delete_queue")
+"""UpdateQueue checks create_queue (v0.22.7 internal/server/queue/queue_service.go); reading
+queues needs no permission."""
+
+
+class UserSettings(ConfigModel):
+    """A basic-auth user of the Armada API besides `admin`; its password is generated into the
+    Secret `armada-user-<name>` (keys username, password, armadactl.yaml)."""
+
+    name: str = Field(pattern=USER_NAME)
+    """Lowercase letters and digits (Armada lowercases user names)."""
+    groups: list[str] = []
+    """Groups the user is in: what `permissionGroupMapping` and queues' `groupOwners` name."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value == "admin":
+            raise problem("is the generated administrator; pick another name")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _no_platform_groups(cls, groups: list[str]) -> list[str]:
+        return [_user_group(group, f"[{index}]") for index, group in enumerate(groups)]
+
+
+def _user_group(group: str, where: str = "") -> str:
+    """A group a stack file may name: not `everyone` (every principal, the platform's own users
+    included, is in it) nor a group of the platform's own users."""
+    if group == EVERYONE:
+        raise problem(
+            "every principal is in group 'everyone', the platform's own service users included (and anyone "
+            "unauthenticated when anonymous is on); name the group of the users you mean, e.g. armada-admins",
+            where, group,
+        )
+    if group.startswith(PLATFORM_PREFIX):
+        raise problem(f"groups starting with '{PLATFORM_PREFIX}' belong to the platform's own service users", where, group)
+    if not re.match(GROUP_NAME, group):
+        raise problem("must be a group name: letters, digits and -_.:@/", where, group)
+    return group
 
 
 class AuthSettings(ConfigModel):
-    """Authentication and permissions of the server and scheduler (both refuse to start without)."""
+    """Who may use the Armada API (server, and binoculars when enabled). The scheduler only
+    accepts the platform's own users (the server, the executors)."""
 
-    anonymous: bool = True
-    """Accept unauthenticated calls as principal `anonymous` in group `everyone`. The API is only
-    reachable in-cluster unless you expose it; other methods can be added with `extra`."""
-    permission_group_mapping: dict[str, list[str]] = {
-        permission: [EVERYONE]
-        for permission in (
-            "submit_any_jobs", "create_queue", "delete_queue", "cancel_any_jobs", "reprioritize_any_jobs",
-            "preempt_any_jobs", "watch_all_events", "update_executor_settings",
-        )
-    }
-    """Server permissions -> groups allowed them."""
-    executor_groups: list[str] = Field(default=[EVERYONE], min_length=1)
-    """Groups allowed `execute_jobs` on the scheduler (the executors' principal must be in one)."""
+    anonymous: bool = False
+    """Accept unauthenticated calls as principal `anonymous` (group `everyone`) on the server and
+    binoculars. Off by default; refused together with a public address (`server.publicRestUrl`,
+    `server.publicGrpcAddress`, `binoculars.publicUrl`) or any `userAccess` source."""
+    permission_group_mapping: dict[str, list[str]] = {permission: [ADMINS] for permission in SERVER_PERMISSIONS}
+    """Server permissions -> groups allowed them (default: everything to `armada-admins`, the
+    generated `admin` user's group). The platform's queue-management user always gets
+    create_queue and delete_queue on top."""
+    users: list[UserSettings] = []
+    """Basic-auth users besides the generated `admin` (each gets a generated password)."""
+    executor_groups: list[str] = []
+    """Extra groups allowed `execute_jobs` on the scheduler, e.g. executors of other clusters
+    that authenticate with OIDC; this stack's executors always may (their generated users)."""
 
     @field_validator("permission_group_mapping")
     @classmethod
     def _known_permissions(cls, mapping: dict[str, list[str]]) -> dict[str, list[str]]:
-        for permission in mapping:
-            if permission not in PERMISSIONS:
-                raise problem(f"unknown permission; allowed: {', '.join(PERMISSIONS)}", f".{permission}", permission)
+        for permission, groups in mapping.items():
+            if permission not in SERVER_PERMISSIONS:
+                raise problem(
+                    f"unknown server permission; allowed: {', '.join(SERVER_PERMISSIONS)}", f".{permission}", permission
+                )
+            for index, group in enumerate(groups):
+                _user_group(group, f".{permission}[{index}]")
         return mapping
+
+    @field_validator("executor_groups")
+    @classmethod
+    def _executor_groups(cls, groups: list[str]) -> list[str]:
+        return [_user_group(group, f"[{index}]") for index, group in enumerate(groups)]
+
+    @field_validator("users")
+    @classmethod
+    def _unique_users(cls, users: list[UserSettings]) -> list[UserSettings]:
+        return unique_names(users, "user")
+
+    def server_mapping(self) -> dict[str, list[str]]:
+        """The server's permissionGroupMapping: the configured one plus the queue manager's."""
+        mapping = {permission: list(groups) for permission, groups in self.permission_group_mapping.items()}
+        for permission in QUEUE_MANAGER_PERMISSIONS:
+            mapping[permission] = [*mapping.get(permission, []), QUEUE_MANAGERS]
+        return mapping
+
+    def scheduler_mapping(self) -> dict[str, list[str]]:
+        """The scheduler's: execute_jobs for this stack's executors (and `executorGroups`)."""
+        return {"execute_jobs": [EXECUTORS, *self.executor_groups]}
 
 
 class PriorityClassSettings(ConfigModel):
@@ -226,7 +309,14 @@ class ArmadaConfig(ConfigModel):
     """Resources of the migration Jobs and the pruning CronJobs."""
     job_namespace_pod_security: Literal["restricted", "baseline"] = "restricted"
     """Pod Security Standard enforced in `jobNamespaces` (jobs are users' pods)."""
+    job_service_account: DnsLabel = "default"
+    """The only service account job pods may run as (an admission policy refuses any other);
+    created in every job namespace unless it is `default`. It is granted nothing."""
     auth: AuthSettings = AuthSettings()
+    user_access: Sources = Sources()
+    """Who may connect over the network to the user-facing ports (server gRPC and REST, Lookout,
+    Binoculars): `namespaces` (e.g. your Ingress controller's), `cidrs` (LoadBalancer clients) or
+    `allowAnySource: true`. None by default: `kubectl port-forward` needs no rule."""
     priority_classes: dict[str, PriorityClassSettings] = {
         # Armada's scheduler defaults (config/scheduler/config.yaml).
         "armada-default": PriorityClassSettings(priority=1000, preemptible=False),
@@ -278,6 +368,70 @@ class ArmadaConfig(ConfigModel):
     @classmethod
     def _unique_executors(cls, executors: list[ExecutorSettings]) -> list[ExecutorSettings]:
         return unique_names(executors, "executor")
+
+    @model_validator(mode="after")
+    def _no_anonymous_exposure(self) -> "ArmadaConfig":
+        # Anonymous principals may do whatever `everyone` may; beyond a port-forward (which needs
+        # Kubernetes credentials for the Armada namespace) that is anyone on the network.
+        if not self.auth.anonymous:
+            return self
+        exposed = [
+            key for key, value in (
+                ("server.publicRestUrl", self.server.public_rest_url),
+                ("server.publicGrpcAddress", self.server.public_grpc_address),
+                ("binoculars.publicUrl", self.binoculars.public_url if self.binoculars.enabled else None),
+                ("userAccess", self.user_access.peers()),
+            ) if value
+        ]
+        if exposed:
+            raise problem(
+                f"anonymous access is refused while the API is reachable beyond a port-forward ({', '.join(exposed)} "
+                "set): set auth.anonymous: false (the default) and log in with the generated admin user "
+                "(docs/armada.md, 'Authentication')",
+                ".auth.anonymous", True,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _jobs_stay_out_of_the_platform(self) -> "ArmadaConfig":
+        # A pod may mount any Secret of its namespace: jobs must never run beside Armada's credentials.
+        if self.namespace in self.job_namespaces:
+            index = self.job_namespaces.index(self.namespace)
+            raise problem(
+                f"job namespaces must not include the Armada namespace '{self.namespace}' (a job pod could mount "
+                "its Secrets); use a namespace of its own, e.g. armada-jobs",
+                f".jobNamespaces[{index}]", self.namespace,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _queue_groups(self) -> "ArmadaConfig":
+        for index, queue in enumerate(self.queues):
+            for position, group in enumerate(queue.group_owners):
+                _user_group(group, f".queues[{index}].groupOwners[{position}]")
+        for position, group in enumerate(self.project_queue.group_owners):
+            _user_group(group, f".projectQueue.groupOwners[{position}]")
+        return self
+
+    @model_validator(mode="after")
+    def _no_extra_kubernetes_privileges(self) -> "ArmadaConfig":
+        # The executors' and binoculars' RBAC (components/armada/cluster.py) has no impersonation
+        # and no nodes/proxy; these keys would need them.
+        needs = {
+            ("kubernetes", "impersonateUsers"): "impersonating users (RBAC impersonate)",
+            ("metric", "exposeQueueUsageMetrics"): "the kubelet's stats through nodes/proxy",
+        }
+        extras = [(f".executors[{i}].extra", e.extra) for i, e in enumerate(self.executors)]
+        extras.append((".binoculars.extra", self.binoculars.extra))
+        for where, extra in extras:
+            for (section, key), what in needs.items():
+                value = (extra.get(section) or {}).get(key) if isinstance(extra.get(section), dict) else None
+                if value:
+                    raise problem(
+                        f"needs {what}, which Armada's service account is not granted (least privilege); "
+                        "leave it off", f"{where}.{section}.{key}", value,
+                    )
+        return self
 
     @model_validator(mode="after")
     def _executor_pools_are_scheduled(self) -> "ArmadaConfig":

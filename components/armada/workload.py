@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from components import network
+from components.armada.auth import AUTH_DIR, AUTH_FILE, AUTH_PATH, ServiceCredentials
 from components.armada.config import (
     CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, SCHEDULER, SCHEDULER_PORTS, SERVER, SERVER_PORTS, Endpoints, go_memory_limit_env,
 )
@@ -55,27 +56,41 @@ class ServiceSpec:
     its Deployment uses the Recreate strategy, so the old pod is gone before the new one starts."""
     pod_labels: dict[str, str] = field(default_factory=dict)
     """Extra labels of its pods (e.g. SCHEDULER_CLIENT)."""
-    callers: dict[str, Optional[tuple[dict, ...]]] = field(default_factory=dict)
-    """Port name -> NetworkPolicy peers admitted to it (None: any source). Ports not listed
-    admit nothing but the kubelet (probes)."""
+    callers: dict[str, tuple[dict, ...]] = field(default_factory=dict)
+    """Port name -> NetworkPolicy peers admitted to it. Ports not listed, or with no peers, admit
+    nothing but the kubelet (probes) and port-forwards."""
+    credentials: Optional[ServiceCredentials] = None
+    """Its basic-auth users and client credentials (components/armada/auth.py): a Secret mounted
+    at /secrets and passed as a second `--config`."""
 
 
 def config_args(*before: str) -> list[str]:
     return [*before, "--config", CONFIG_PATH]
 
 
-def volumes(config_map: Any) -> list[dict]:
-    return [
+def volumes(config_map: Any, credentials: Optional[ServiceCredentials] = None) -> list[dict]:
+    found = [
         {"name": "config", "configMap": {"name": config_map, "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}]}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
+    if credentials is not None:
+        # Group-readable for the armada group (fsGroup), nobody else.
+        found.append({
+            "name": "auth",
+            "secret": {"secretName": credentials.secret, "items": [{"key": AUTH_FILE, "path": AUTH_FILE}],
+                       "defaultMode": 0o440},
+        })
+    return found
 
 
-def volume_mounts() -> list[dict]:
-    return [
+def volume_mounts(credentials: Optional[ServiceCredentials] = None) -> list[dict]:
+    found = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
+    if credentials is not None:
+        found.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+    return found
 
 
 def container(
@@ -86,16 +101,18 @@ def container(
     resources: Resources,
     ports: Optional[dict[str, int]] = None,
     health: bool = False,
+    credentials: Optional[ServiceCredentials] = None,
 ) -> dict:
     spec = {
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": list(args),
+        # The credentials file is merged over the override file (repeated --config).
+        "args": [*args, "--config", AUTH_PATH] if credentials is not None else list(args),
         "env": [*env, go_memory_limit_env()],
         "resources": resources.spec(),
         "securityContext": container_security(read_only_root=True),
-        "volumeMounts": volume_mounts(),
+        "volumeMounts": volume_mounts(credentials),
     }
     if ports:
         spec["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
@@ -113,6 +130,7 @@ def pod_spec(
     api_access: bool = False,
     restart_policy: Optional[str] = None,
     termination_grace_seconds: Optional[int] = None,
+    credentials: Optional[ServiceCredentials] = None,
 ) -> dict:
     spec = {
         "serviceAccountName": service_account,
@@ -122,7 +140,7 @@ def pod_spec(
         "enableServiceLinks": False,
         "securityContext": pod_security(ARMADA_UID, ARMADA_GID, fs_group=ARMADA_GID),
         "containers": containers,
-        "volumes": volumes(config_map),
+        "volumes": volumes(config_map, credentials),
     }
     if restart_policy:
         spec["restartPolicy"] = restart_policy
@@ -132,7 +150,9 @@ def pod_spec(
 
 
 def service_container(spec: ServiceSpec) -> dict:
-    return container(spec.name, spec.image, spec.args, spec.env, spec.resources, spec.ports, spec.health)
+    return container(
+        spec.name, spec.image, spec.args, spec.env, spec.resources, spec.ports, spec.health, spec.credentials
+    )
 
 
 ROLLING_UPDATE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
@@ -152,7 +172,10 @@ def deployment(
             "template": {
                 "metadata": {
                     "labels": {**labels(spec.name, COMPONENT), **spec.pod_labels},
-                    "annotations": {"cloudstation.io/config-checksum": config_checksum},
+                    "annotations": {
+                        "cloudstation.io/config-checksum": config_checksum,
+                        **({"cloudstation.io/credentials-checksum": spec.credentials.checksum} if spec.credentials else {}),
+                    },
                 },
                 "spec": pod_spec(
                     service_account or spec.name,
@@ -160,6 +183,7 @@ def deployment(
                     [service_container(spec)],
                     api_access=spec.api_access,
                     termination_grace_seconds=spec.termination_grace_seconds,
+                    credentials=spec.credentials,
                 ),
             },
         },
@@ -184,8 +208,10 @@ SCHEDULER_CLIENTS = (network.pods(SCHEDULER_CLIENT),)
 
 
 def to_dependency(endpoint: Optional[network.Endpoint], default_port: int) -> dict:
-    """Egress to a dependency; without its endpoint, any address on its default port."""
-    return network.to(endpoint or network.Endpoint(ports=(default_port,)))
+    """Egress to a dependency at its endpoint; none is an error (no rule is open to every address)."""
+    if endpoint is None:
+        raise ValueError(f"no network endpoint for the dependency on port {default_port}")
+    return network.to(endpoint)
 
 
 def postgres_egress(endpoints: Endpoints) -> dict:
@@ -211,14 +237,14 @@ def service_egress(spec: ServiceSpec, endpoints: Endpoints) -> list[dict]:
     if "armadaApi" in config:
         rules.append(network.egress([network.pods(selector_labels(SERVER))], [SERVER_PORTS["grpc"]]))
     if spec.api_access:
-        rules.append(network.kubernetes_api())
+        rules.append(network.kubernetes_api(endpoints.kubernetes_api))
     return rules
 
 
 def service_network_policy(spec: ServiceSpec, endpoints: Endpoints) -> dict:
-    """The service's pods: reached on the ports of `spec.callers` by those callers, and
-    connecting to what their config names."""
-    ingress = [network.ingress(peers, [spec.ports[port]]) for port, peers in spec.callers.items()]
+    """The service's pods: reached on the ports of `spec.callers` by those callers (a port with
+    no callers gets no rule), and connecting to what their config names."""
+    ingress = [network.ingress(peers, [spec.ports[port]]) for port, peers in spec.callers.items() if peers]
     return network.policy(
         spec.name,
         endpoints.namespace,
