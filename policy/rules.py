@@ -8,6 +8,11 @@ runs every rule again with all values known.
 
 Stack config reaches a policy pack as the PULUMI_CONFIG environment variable (decrypted), and the
 stack's name as PULUMI_STACK; which keys are `secure:` only the stack file says.
+
+The pack fails closed: a resource whose Kubernetes objects it cannot see (Helm releases and charts,
+yaml ConfigFile/ConfigGroup, kustomize Directories, `*Patch` and `*List` kinds) is a violation, and so
+is a workload whose pod spec is missing where its kind keeps it; only values the engine marks
+unknown during preview are left for `up`.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from infra import checks  # noqa: E402  (the repo root is on the path only from here on)
+from infra import checks, versions  # noqa: E402  (the repo root is on the path only from here on)
 
 PROJECT = "cloudstation"
 """The Pulumi project (Pulumi.yaml), the namespace of the program's config keys."""
@@ -52,6 +57,11 @@ SENTINELS = (UNKNOWN_STRING_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_BOOLEAN_VALUE, 
 STATEFUL_SERVICE = ("cloudstate.io", "StatefulService")
 """CloudState's entity deployment: a pod-like spec (containers, volumes) the operator runs with a proxy sidecar."""
 K8S_TYPE = re.compile(r"^kubernetes:(?P<group>[\w.-]+)/(?P<version>\w+):(?P<kind>\w+)$")
+OPAQUE_TYPE = re.compile(r"^kubernetes:(?P<module>helm\.sh|yaml|kustomize)(/v[0-9]+)?:(?P<kind>\w+)$")
+"""Resources whose objects the pack never sees as typed inputs (type tokens of pulumi-kubernetes
+4.34.2's SDK: helm.sh/v2|v3:Chart, helm.sh/v3:Release, helm.sh/v4:Chart, yaml[/v2]:ConfigFile and
+ConfigGroup, kustomize[/v2]:Directory). A Release is applied by Helm inside the provider; the others
+expand templates, files or kustomizations the pack would have to trust unseen."""
 
 
 # --- the engine's props as plain data ------------------------------------------------------------
@@ -82,36 +92,84 @@ def plain(value: Any) -> Any:
 
 def kubernetes_kind(resource_type: str) -> Optional[tuple[str, str]]:
     """`kubernetes:apps/v1:Deployment` -> ("apps", "Deployment"); None for other types."""
+    if OPAQUE_TYPE.match(resource_type):
+        return None
     match = K8S_TYPE.match(resource_type)
     return (match["group"], match["kind"]) if match else None
+
+
+def uninspectable(resource_type: str) -> Optional[str]:
+    """Why the pack cannot inspect a resource of this type, or None when it can."""
+    opaque = OPAQUE_TYPE.match(resource_type)
+    if opaque:
+        return (f"{resource_type} renders Kubernetes objects the policy pack cannot inspect "
+                f"({opaque['module']}); declare them as typed resources (components/, pure spec builders)")
+    kind = kubernetes_kind(resource_type)
+    if kind and kind[1].endswith("Patch"):
+        return (f"{resource_type} patches an object the policy pack cannot see whole; declare the object "
+                "itself as a typed resource")
+    if kind and kind[1].endswith("List"):
+        return f"{resource_type} holds a list of objects the policy pack does not inspect; declare each object"
+    return None
 
 
 def kubernetes_object(resource_type: str, props: Any) -> Optional[dict]:
     """The Kubernetes object of a resource (kind from the type token), or None."""
     kind = kubernetes_kind(resource_type)
-    if kind is None or kind[1].endswith(("Patch", "List")):
+    if kind is None or uninspectable(resource_type):
         return None
     return {**plain(props), "kind": kind[1]}
 
 
-def workload_spec(obj: dict) -> Optional[dict]:
-    """The pod spec of a workload (the spec of a StatefulService); None while unknown in preview."""
+def has_unknown(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_unknown(v) for v in value)
+    return value == UNKNOWN
+
+
+def workload_template(obj: dict) -> Optional[dict]:
+    """The pod template ({metadata, spec}) of a workload, or a StatefulService's spec as one; None
+    when it is missing or malformed (`has_unknown(obj)` tells whether that is preview's doing)."""
     try:
-        spec = obj["spec"] if obj["kind"] == STATEFUL_SERVICE[1] else checks.pod_spec(obj)
+        template = {"spec": obj["spec"]} if obj["kind"] == STATEFUL_SERVICE[1] else checks.pod_template(obj)
     except (KeyError, TypeError):  # a part of it is UNKNOWN (a string) or absent
         return None
-    return spec if isinstance(spec, dict) and isinstance(spec.get("containers"), list) else None
+    spec = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) \
+            or not all(isinstance(c, dict) for c in checks.all_containers(spec)):
+        return None
+    metadata = template.get("metadata")
+    return {"metadata": metadata if isinstance(metadata, dict) else {}, "spec": spec}
+
+
+def workload_spec(obj: dict) -> Optional[dict]:
+    """The pod spec of a workload (the spec of a StatefulService); None while unknown in preview."""
+    template = workload_template(obj)
+    return template["spec"] if template else None
+
+
+def has_pod_spec(kind: Optional[tuple[str, str]]) -> bool:
+    return kind is not None and (kind[1] in checks.POD_SPEC_KINDS or kind == STATEFUL_SERVICE)
 
 
 def pod_specs(resource_type: str, props: Any) -> Iterator[tuple[str, str, dict]]:
     """(kind, description, pod-like spec) of a workload or a StatefulService; nothing for others."""
+    for kind, name, template in pod_templates(resource_type, props):
+        yield kind, name, template["spec"]
+
+
+def pod_templates(resource_type: str, props: Any) -> Iterator[tuple[str, str, dict]]:
+    """(kind, description, {metadata, spec}) of anything with a pod spec (checks.POD_SPEC_KINDS and
+    CloudState StatefulServices); nothing for other kinds or while the spec is unknown."""
     kind = kubernetes_kind(resource_type)
-    if kind is None or (kind[1] not in checks.WORKLOAD_KINDS and kind != STATEFUL_SERVICE):
+    if not has_pod_spec(kind):
         return
     obj = kubernetes_object(resource_type, props)
-    spec = workload_spec(obj)
-    if spec is not None:
-        yield kind[1], described(obj), spec
+    template = workload_template(obj) if obj is not None else None
+    if template is not None:
+        yield kind[1], described(obj), template
 
 
 def known_images(spec: dict) -> dict:
@@ -146,9 +204,23 @@ def report_all(report: ReportViolation, problems: list[str], urn: Optional[str] 
 # --- workloads ------------------------------------------------------------------------------------
 
 
+def _inspectable(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    reason = uninspectable(args.resource_type)
+    if reason:
+        report(reason)
+        return
+    kind = kubernetes_kind(args.resource_type)
+    if has_pod_spec(kind):
+        obj = kubernetes_object(args.resource_type, args.props)
+        if workload_template(obj) is None and not has_unknown(obj):
+            where = "spec" if kind == STATEFUL_SERVICE else "its pod template's spec"
+            report(f"{described(obj)}: no pod spec with a containers list at {where}, so no rule can check it")
+
+
 def _restricted(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    for _, name, spec in pod_specs(args.resource_type, args.props):
-        report_all(report, checks.restricted_violations(name, spec))
+    for _, name, template in pod_templates(args.resource_type, args.props):
+        annotations = (template["metadata"] or {}).get("annotations") or {}
+        report_all(report, checks.restricted_violations(name, template["spec"], annotations))
 
 
 def _resources(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -171,20 +243,41 @@ def _mutable_tags(args: ResourceValidationArgs, report: ReportViolation) -> None
 
 
 def _digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    prod = environment() == "prod"
-    if prod and args.resource_type in ("docker:index/image:Image", "docker-build:index:Image"):
+    if environment() == "prod" and args.resource_type in ("docker:index/image:Image", "docker-build:index:Image"):
         report("prod never builds images: it deploys the digests promoted from test "
                "(`python -m infra promote --from test --to prod`)")
         return
-    require_all = prod and bool(args.get_config().get("requirePlatformDigestsInProd", False))
     for kind, name, spec in pod_specs(args.resource_type, args.props):
-        if kind == STATEFUL_SERVICE[1] or require_all:
+        if kind == STATEFUL_SERVICE[1]:
             report_all(report, checks.digest_violations(name, known_images(spec)))
+
+
+def _platform_digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if environment() != "prod":
+        return
+    # Read at check time, so the rule follows whatever infra/versions.py pins (and its digest records).
+    for _, name, spec in pod_specs(args.resource_type, args.props):
+        report_all(report, checks.platform_digest_violations(name, known_images(spec), versions.IMAGES))
 
 
 def _secret_env(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for _, name, spec in pod_specs(args.resource_type, args.props):
         report_all(report, checks.secret_env_violations(name, spec))
+
+
+def _secret_arguments(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for _, name, spec in pod_specs(args.resource_type, args.props):
+        report_all(report, checks.argument_credential_violations(name, spec))
+
+
+def _open_peers(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if kubernetes_kind(args.resource_type) != ("networking.k8s.io", "NetworkPolicy"):
+        return
+    obj = kubernetes_object(args.resource_type, args.props)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        allow = bool(args.get_config().get("allowAnyAddress", False))
+        report_all(report, checks.open_peer_violations(described(obj), spec, allow))
 
 
 def _configmaps(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -207,7 +300,7 @@ def stack_objects(args: StackValidationArgs) -> tuple[list[tuple[str, dict]], in
             continue
         meta = obj.get("metadata")
         if (not isinstance(meta, dict) or UNKNOWN in (meta.get("name"), meta.get("namespace"))
-                or (obj["kind"] in checks.WORKLOAD_KINDS and workload_spec(obj) is None)):
+                or (obj["kind"] in checks.POD_SPEC_KINDS and workload_spec(obj) is None)):
             unknown += 1
             continue
         objects.append((resource.urn, obj))
@@ -227,24 +320,37 @@ def _network_policies(args: StackValidationArgs, report: ReportViolation) -> Non
 
 
 OPEN_RANGES = ("0.0.0.0/0", "::/0")
+REGISTRY_NODE_PORT = 32000
+"""The registry's documented NodePort (platform.registry.nodePort's default, docs/registry.md)."""
 
 
 def _registry_exposure(args: StackValidationArgs, report: ReportViolation) -> None:
     objects, _ = stack_objects(args)  # what is known; exposure found is real either way
-    allowed = bool(args.get_config().get("allowRegistryExposure", False))
+    config = args.get_config()
+    allowed = bool(config.get("allowRegistryExposure", False))
+    node_port = config.get("registryNodePort", REGISTRY_NODE_PORT)
     for obj in checks.registry_exposure([o for _, o in objects]):
         meta = obj["metadata"]
         what = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
-        if not allowed:
+        urn = _urn_of(objects, obj)
+        spec = obj.get("spec") or {}
+        if obj["kind"] == "Service" and spec.get("externalIPs"):
+            report(f"{what} exposes the image registry on externalIPs {spec['externalIPs']}: never allowed "
+                   "(any node answers for those addresses)", urn)
+        elif obj["kind"] == "Service" and spec.get("type") == "NodePort":
+            if not checks.is_node_pull_service(obj, node_port):
+                report(f"{what} exposes the image registry on a NodePort other than the documented node-pull "
+                       f"one (type NodePort, externalTrafficPolicy Local, one port with nodePort {node_port}, "
+                       "the policy config registryNodePort)", urn)
+        elif not allowed:
             report(f"{what} exposes the image registry outside the cluster; if the stack means it "
                    "(platform.registry.loadBalancer or .ingress), run the pack with the policy config "
-                   "allowRegistryExposure: true", _urn_of(objects, obj))
+                   "allowRegistryExposure: true", urn)
         elif obj["kind"] == "Service":
-            ranges = obj.get("spec", {}).get("loadBalancerSourceRanges") or []
+            ranges = spec.get("loadBalancerSourceRanges") or []
             if not ranges or set(ranges) & set(OPEN_RANGES):
                 report(f"{what}: a registry LoadBalancer admits only listed clients "
-                       f"(loadBalancerSourceRanges without {' or '.join(OPEN_RANGES)}), not {ranges}",
-                       _urn_of(objects, obj))
+                       f"(loadBalancerSourceRanges without {' or '.join(OPEN_RANGES)}), not {ranges}", urn)
 
 
 def stack_file_secret_keys(directory: Path, stack: str) -> Optional[set[str]]:
@@ -269,13 +375,26 @@ def _plain_config(args: StackValidationArgs, report: ReportViolation) -> None:
 # --- the policies ---------------------------------------------------------------------------------
 
 MANDATORY = EnforcementLevel.MANDATORY
+WORKLOADS = ("Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob, PodTemplate "
+             "and CloudState StatefulService")
+
+inspectable_resources = ResourceValidationPolicy(
+    name="inspectable-resources",
+    description="The pack fails closed: Helm releases and charts, yaml ConfigFile/ConfigGroup, kustomize Directories "
+                "and `*Patch`/`*List` kinds are violations (their objects cannot be inspected), and so is a "
+                f"workload ({WORKLOADS}) without a pod spec where its kind keeps one.",
+    validate=_inspectable,
+    enforcement_level=MANDATORY,
+)
 
 restricted_pod_security = ResourceValidationPolicy(
     name="restricted-pod-security",
-    description="Every workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod and CloudState "
-                "StatefulService) meets the restricted Pod Security Standard: non-root, no privilege escalation, "
-                "all capabilities dropped, RuntimeDefault seccomp, no host namespaces, ports or paths, and an "
-                "explicit readOnlyRootFilesystem.",
+    description=f"Every workload ({WORKLOADS}) meets the baseline and restricted Pod Security Standards: no host "
+                "namespaces, HostProcess, hostPath volumes or host ports; only the safe sysctls; no custom SELinux "
+                "user, role or type, AppArmor only RuntimeDefault or Localhost, procMount Default; non-root, no "
+                "privilege escalation, all capabilities dropped (only NET_BIND_SERVICE added), RuntimeDefault "
+                "seccomp, restricted volume types, probes and hooks without a host; and an explicit "
+                "readOnlyRootFilesystem.",
     validate=_restricted,
     enforcement_level=MANDATORY,
 )
@@ -300,9 +419,11 @@ health_probes = ResourceValidationPolicy(
 
 no_mutable_image_tags = ResourceValidationPolicy(
     name="no-mutable-image-tags",
-    description="Every container image names an exact version tag or a digest: never `latest`, a floating tag "
-                "without a version number (`stable`, `alpine`), or no tag at all. Images built during `up` are "
-                "unknown in preview and checked at `up`.",
+    description="Every container image is a valid ASCII reference pinned by digest or by an exact version tag: "
+                "major.minor.patch (major.minor for PostgreSQL, whose releases have two numbers), e.g. "
+                "`redis:7.4.11-bookworm`, `postgres:16.15-alpine3.24`. Floating: no tag, `latest`, tags without a "
+                "version (`stable`, `alpine`) and partial versions (`postgres:16`, `redis:7.4-alpine`). Images "
+                "built during `up` are unknown in preview and checked at `up`.",
     validate=_mutable_tags,
     enforcement_level=MANDATORY,
 )
@@ -310,16 +431,19 @@ no_mutable_image_tags = ResourceValidationPolicy(
 digest_pinned_images = ResourceValidationPolicy(
     name="digest-pinned-images",
     description="Entity images (every container of a CloudState StatefulService) are pinned by digest "
-                "(`@sha256:`) in every stack, and the prod stack builds nothing (no docker Image resources): it "
-                "deploys the digests promoted from test. Third-party platform images in prod stay on the exact "
-                "upstream version tags of infra/versions.py, which also hold when mirrored (platform.imageMirror "
-                "keeps the tag, a mirror's digest may differ); set requirePlatformDigestsInProd to demand digests "
-                "for every image in prod.",
+                "(`host/path[:tag]@sha256:<64 hex>`, matched whole) in every stack, and the prod stack builds "
+                "nothing (no docker Image resources): it deploys the digests promoted from test.",
     validate=_digests,
     enforcement_level=MANDATORY,
-    config_schema=PolicyConfigSchema(
-        properties={"requirePlatformDigestsInProd": {"type": "boolean", "default": False}},
-    ),
+)
+
+prod_platform_images_by_digest = ResourceValidationPolicy(
+    name="prod-platform-images-by-digest",
+    description="In the prod stack (cloudstation:environment prod), every platform image (a repository "
+                "infra/versions.py pins, mirrored or not) runs by digest, and by the pin's own digest where "
+                "infra/versions.py has one. Other stacks may run the exact version tags.",
+    validate=_platform_digests,
+    enforcement_level=MANDATORY,
 )
 
 secret_env_from_secrets = ResourceValidationPolicy(
@@ -330,12 +454,32 @@ secret_env_from_secrets = ResourceValidationPolicy(
     enforcement_level=MANDATORY,
 )
 
+no_secrets_in_arguments = ResourceValidationPolicy(
+    name="no-secrets-in-arguments",
+    description="Command lines (command, args, exec probes and hooks, scripts in them) hold no literal credential: "
+                "no `--password=…`/`--password …`/`--requirepass …`, no `PASSWORD=…` assignment, private key, "
+                "password hash or URL with a password; they reference one ($(VAR) from a secretKeyRef, a file).",
+    validate=_secret_arguments,
+    enforcement_level=MANDATORY,
+)
+
 no_secrets_in_configmaps = ResourceValidationPolicy(
     name="no-secrets-in-configmaps",
     description="ConfigMaps hold no credentials: no credential-named keys, no `password: …`-style settings with "
                 "literal values in their files, no private keys, password hashes or URLs with passwords.",
     validate=_configmaps,
     enforcement_level=MANDATORY,
+)
+
+no_open_network_peers = ResourceValidationPolicy(
+    name="no-open-network-peers",
+    description="No NetworkPolicy rule is open to every peer: every ingress rule names its `from` and every egress "
+                "rule its `to` (missing or `[]` means everyone), no peer is `{}`, and no peer is every address "
+                "(ipBlock 0.0.0.0/0 or ::/0) or every pod of every namespace (namespaceSelector {}) unless the pack "
+                "runs with allowAnyAddress: true for a stack that sets an allowAnyAddress/allowAnySource opt-in.",
+    validate=_open_peers,
+    enforcement_level=MANDATORY,
+    config_schema=PolicyConfigSchema(properties={"allowAnyAddress": {"type": "boolean", "default": False}}),
 )
 
 no_secrets_in_plain_config = StackValidationPolicy(
@@ -351,13 +495,18 @@ no_secrets_in_plain_config = StackValidationPolicy(
 
 registry_not_exposed = StackValidationPolicy(
     name="registry-not-exposed",
-    description="The image registry has no LoadBalancer Service and no Ingress unless the stack asks for one "
-                "(platform.registry.loadBalancer or .ingress) and the pack runs with allowRegistryExposure: true; "
-                "even then a registry LoadBalancer lists its clients in loadBalancerSourceRanges.",
+    description="Nothing exposes the image registry beyond the documented node-pull NodePort (type NodePort, "
+                "externalTrafficPolicy Local, one port with nodePort registryNodePort, default 32000): no other "
+                "NodePort, never externalIPs, and no LoadBalancer, Ingress or Gateway API route (HTTPRoute, "
+                "GRPCRoute, TLSRoute, TCPRoute, UDPRoute) unless the stack asks for one (platform.registry."
+                "loadBalancer or .ingress) and the pack runs with allowRegistryExposure: true; even then a registry "
+                "LoadBalancer lists its clients in loadBalancerSourceRanges.",
     validate=_registry_exposure,
     enforcement_level=MANDATORY,
     config_schema=PolicyConfigSchema(
-        properties={"allowRegistryExposure": {"type": "boolean", "default": False}},
+        properties={"allowRegistryExposure": {"type": "boolean", "default": False},
+                    "registryNodePort": {"type": "integer", "default": REGISTRY_NODE_PORT,
+                                         "minimum": 30000, "maximum": 32767}},
     ),
 )
 
@@ -371,13 +520,17 @@ namespace_network_policies = StackValidationPolicy(
 )
 
 POLICIES = [
+    inspectable_resources,
     restricted_pod_security,
     container_resources,
     health_probes,
     no_mutable_image_tags,
     digest_pinned_images,
+    prod_platform_images_by_digest,
     secret_env_from_secrets,
+    no_secrets_in_arguments,
     no_secrets_in_configmaps,
+    no_open_network_peers,
     no_secrets_in_plain_config,
     registry_not_exposed,
     namespace_network_policies,

@@ -114,7 +114,25 @@ def project_directory(as_stack, rendered_stacks, tmp_path) -> Path:
 @pytest.mark.parametrize("policy", RESOURCE_POLICIES, ids=lambda p: p.name)
 def test_every_resource_of_both_stacks_passes(as_stack, policy):
     violations = [v for r in as_stack.registrations for v in check_resource(policy, r.type, r.inputs, name=r.name)]
-    assert violations == []
+    assert violations == expected_violations(as_stack, policy.name)
+
+
+def expected_violations(rendered, policy_name: str) -> list[str]:
+    """What a stack cannot pass yet: in prod, `prod-platform-images-by-digest` names each container
+    running a pin that infra/versions.py has no digest for (they run by tag
+    until `python -m infra pin-images --missing`; docs/security.md "Images"). Both stack files run
+    none; prod on its own cluster runs Armada's and Pulsar's. Derived from the pins, so it empties
+    as digests are recorded."""
+    if policy_name != rules.prod_platform_images_by_digest.name or rules.environment() != "prod":
+        return []
+    undigested = {pin for pin in versions.IMAGES.values() if not checks.is_digest_pinned(pin)}
+    return [
+        f"{name} container {c['name']}: platform image {c['image']!r} is not pinned by digest "
+        f"(infra/versions.py pins {checks.platform_image(c['image'], versions.IMAGES)!r})"
+        for r in rendered.registrations for _, name, spec in rules.pod_specs(r.type, r.inputs)
+        for c in checks.all_containers(spec)
+        if checks.platform_image(c["image"], versions.IMAGES) in undigested
+    ]
 
 
 @pytest.mark.parametrize("policy", STACK_POLICIES, ids=lambda p: p.name)
@@ -157,7 +175,10 @@ def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack, projec
                                             parent=r.parent, dependencies=r.dependencies)
                      for r in as_stack.registrations]
         response = servicer.AnalyzeStack(proto.AnalyzeStackRequest(resources=resources), None)
-        assert [d.message for d in [*diagnostics, *response.diagnostics]] == []
+        platform = rules.prod_platform_images_by_digest
+        assert [d.message for d in [*diagnostics, *response.diagnostics] if d.policyName != platform.name] == []
+        assert [d.message.split(": ", 1)[1] for d in diagnostics if d.policyName == platform.name] \
+            == [v.split(": ", 1)[1] for v in expected_violations(as_stack, platform.name)]
         assert list(response.not_applicable) == []
         # The same path reports a violation (the registry's probe removed).
         registry = next(r for r in as_stack.registrations if r.type == "kubernetes:apps/v1:Deployment"
@@ -193,7 +214,7 @@ def test_the_rules_see_what_they_check(as_stack):
 
 
 def test_the_policies_are_mandatory_and_uniquely_named():
-    assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 10
+    assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 14
     assert {p.enforcement_level for p in rules.POLICIES} == {rules.MANDATORY}
     assert rules.PROJECT == stack_config.PROJECT
 
@@ -306,15 +327,63 @@ def test_digest_pinned_images_rejects_tag_only_entities_and_builds_in_prod(engin
     engine_env("test", {"cloudstation:environment": "test"})
     entity = container(image="localhost:32000/shop/cart:04077a2e")
     assert check_resource(rules.digest_pinned_images, *stateful_service(entity))
-    platform = deployment(container(image=versions.TAGS["redis"]))  # a platform pin by tag only
-    assert check_resource(rules.digest_pinned_images, *platform, {"requirePlatformDigestsInProd": True}) == []
+    platform = deployment(container(image=versions.image("redis")))
+    assert check_resource(rules.digest_pinned_images, *platform) == []
     build = ("docker:index/image:Image", {"imageName": "localhost:32000/shop/cart:1"})
     assert check_resource(rules.digest_pinned_images, *build) == []
 
     engine_env("prod", {"cloudstation:environment": "prod"})
     assert check_resource(rules.digest_pinned_images, *build)
-    assert check_resource(rules.digest_pinned_images, *platform) == []
-    assert check_resource(rules.digest_pinned_images, *platform, {"requirePlatformDigestsInProd": True})
+
+
+@pytest.mark.parametrize("image", [
+    f"localhost:32000/shop/cart@{DIGEST}\n",                 # a trailing newline (`$` would accept it)
+    f"localhost:32000/shop/cart:v\u0661@{DIGEST}",           # a non-ASCII digit in the tag (`\w` would)
+    f"localhost:32000/shop/cart@{DIGEST.upper()}",            # upper-case hex
+    f"localhost:32000/shop/cart@{DIGEST}0",                   # 65 hex digits
+    f"evil image localhost:32000/shop/cart@{DIGEST}",         # something before the reference
+], ids=["newline", "non-ascii-tag", "upper-hex", "long-digest", "prefix"])
+def test_digest_references_are_matched_whole_and_in_ascii(image):
+    """The digest pattern of infra/image_refs.py (the repository's one), matched whole."""
+    assert check_resource(rules.digest_pinned_images, *stateful_service(container(image=image)))
+    assert not checks.is_digest_pinned(image)
+    assert checks.is_digest_pinned(f"localhost:32000/shop/cart:v1@{DIGEST}")
+
+
+def platform_pins() -> list[tuple[str, str, str]]:
+    """(name, pin, the pin as a tag only) of every infra/versions.py image, read now: the rule
+    follows whatever the pins say (with or without digests recorded)."""
+    return [(name, pin, pin.split("@", 1)[0]) for name, pin in versions.IMAGES.items()]
+
+
+def test_prod_platform_images_by_digest_follows_the_pins(engine_env):
+    policy = rules.prod_platform_images_by_digest
+    engine_env("prod", {"cloudstation:environment": "prod"})
+    for name, pin, tag_only in platform_pins():
+        digest = checks.image_digest(pin) or DIGEST
+        good = f"{tag_only}@{digest}"
+        assert check_resource(policy, *deployment(container(image=good))) == [], name
+        mirrored = "mirror.example:5000/hub/" + good.split("/", 1)[1]
+        assert check_resource(policy, *deployment(container(image=mirrored))) == [], name
+        [violation] = check_resource(policy, *deployment(container(image=tag_only)))
+        assert "is not pinned by digest" in violation and pin in violation, name
+        if checks.image_digest(pin):  # another digest than the pin's is not the pinned image
+            other = f"{tag_only}@sha256:{'0' * 64}"
+            assert "is not the digest" in check_resource(policy, *deployment(container(image=other)))[0]
+    # Entities and images the pins do not name are other rules' business.
+    assert check_resource(policy, *stateful_service(container(image="localhost:32000/shop/cart:1"))) == []
+    # Other stacks may run the exact tags.
+    engine_env("test", {"cloudstation:environment": "test"})
+    assert all(check_resource(policy, *deployment(container(image=t))) == [] for _, _, t in platform_pins())
+
+
+def test_the_prod_stack_runs_every_platform_image_by_digest(rendered_stacks, engine_env):
+    """Guards the pass of both stacks against a rule that matches nothing: prod has platform images."""
+    prod = rendered_stacks["prod"]
+    engine_env("prod", {"cloudstation:environment": "prod"})
+    images = [c["image"] for r in prod.registrations for _, _, spec in rules.pod_specs(r.type, r.inputs)
+              for c in checks.all_containers(spec) if checks.platform_image(c["image"], versions.IMAGES)]
+    assert images and all(checks.is_digest_pinned(i) for i in images)
 
 
 def test_secret_env_from_secrets_rejects_literal_credentials():
@@ -382,13 +451,18 @@ def test_no_secrets_in_plain_config_needs_the_stack_file(tmp_path, engine_env):
         check_stack(rules.no_secrets_in_plain_config, [], {"projectDirectory": str(tmp_path)})
 
 
+NODE_PULL_SERVICE = {"type": "NodePort", "externalTrafficPolicy": "Local",
+                     "ports": [{"name": "http", "port": 5000, "nodePort": 32000}]}
+"""The registry Service as components/registry.py renders it (the documented node-pull NodePort)."""
+
+
 def registry_graph(service_type: str = "NodePort", **service_spec) -> list[tuple[str, dict]]:
-    """A registry Deployment, an unlabelled Service selecting it and an Ingress routing to it."""
+    """A registry Deployment and an unlabelled Service selecting it (by default the node-pull NodePort)."""
     labels = {"app": "images"}
+    spec = {**NODE_PULL_SERVICE, "type": service_type, "selector": labels, **service_spec}
     return [
         deployment(container("registry", versions.image("registry")), name="images", namespace="ops", labels=labels),
-        ("kubernetes:core/v1:Service", {"metadata": {"name": "images", "namespace": "ops"},
-                                        "spec": {"type": service_type, "selector": labels, **service_spec}}),
+        ("kubernetes:core/v1:Service", {"metadata": {"name": "images", "namespace": "ops"}, "spec": spec}),
     ]
 
 
@@ -397,6 +471,17 @@ def ingress(service: str) -> tuple[str, dict]:
         "metadata": {"name": "images", "namespace": "ops"},
         "spec": {"rules": [{"host": "images.example.com", "http": {"paths": [
             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": service, "port": {"number": 5000}}}}]}}]},
+    }
+
+
+def route(kind: str, service: str, mirror: bool = False) -> tuple[str, dict]:
+    """A Gateway API route sending (or, with `mirror`, mirroring) traffic to `service`."""
+    ref = {"name": service, "port": 5000}
+    rule = {"backendRefs": [{"name": "other", "port": 80}], "filters": [
+        {"type": "RequestMirror", "requestMirror": {"backendRef": ref}}]} if mirror else {"backendRefs": [ref]}
+    return f"kubernetes:gateway.networking.k8s.io/v1:{kind}", {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": kind,
+        "metadata": {"name": "images", "namespace": "ops"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [rule]},
     }
 
 
@@ -410,6 +495,41 @@ def test_registry_not_exposed_rejects_load_balancers_and_ingresses():
     assert check_stack(policy, registry_graph("LoadBalancer", loadBalancerSourceRanges=["10.0.0.0/8"]), allowed) == []
     assert check_stack(policy, registry_graph() + [ingress("images")], allowed) == []
     assert len(check_stack(policy, registry_graph("LoadBalancer", loadBalancerSourceRanges=["0.0.0.0/0"]), allowed)) == 1
+
+
+@pytest.mark.parametrize("kind", checks.ROUTE_KINDS)
+def test_registry_not_exposed_rejects_gateway_routes(kind):
+    policy = rules.registry_not_exposed
+    for exposing in (route(kind, "images"), route(kind, "images", mirror=True)):
+        [violation] = check_stack(policy, registry_graph() + [exposing])
+        assert violation.startswith(f"{kind} ops/images exposes the image registry")
+        assert check_stack(policy, registry_graph() + [exposing], {"allowRegistryExposure": True}) == []
+    assert check_stack(policy, registry_graph() + [route(kind, "other")]) == []
+
+
+def test_registry_not_exposed_allows_exactly_the_documented_node_port():
+    """The registry's NodePort is on purpose (nodes pull localhost:32000/…, docs/registry.md); any
+    other NodePort or externalIPs is exposure, even with allowRegistryExposure."""
+    policy = rules.registry_not_exposed
+    assert check_stack(policy, registry_graph()) == []
+    not_documented = {
+        "another node port": {"ports": [{"name": "http", "port": 5000, "nodePort": 31000}]},
+        "an allocated node port": {"ports": [{"name": "http", "port": 5000}]},
+        "a second port": {"ports": [*NODE_PULL_SERVICE["ports"], {"name": "debug", "port": 5001, "nodePort": 32001}]},
+        "cluster traffic policy": {"externalTrafficPolicy": "Cluster"},
+    }
+    for what, spec in not_documented.items():
+        for config in ({}, {"allowRegistryExposure": True}):
+            [violation] = check_stack(policy, registry_graph(**spec), config)
+            assert "NodePort other than the documented node-pull one" in violation, what
+    for service_type in ("ClusterIP", "NodePort"):
+        [violation] = check_stack(policy, registry_graph(service_type, externalIPs=["192.0.2.10"]),
+                                  {"allowRegistryExposure": True})
+        assert "externalIPs" in violation
+    # The exception follows the policy config (a stack that sets platform.registry.nodePort).
+    moved = registry_graph(ports=[{"name": "http", "port": 5000, "nodePort": 31000}])
+    assert check_stack(policy, moved, {"registryNodePort": 31000}) == []
+    assert check_stack(policy, registry_graph(), {"registryNodePort": 31000})
 
 
 def test_registry_not_exposed_catches_the_stacks_own_exposure_keys(engine_env):
@@ -438,7 +558,8 @@ def network_policy(name: str, spec: dict, namespace_: str = "apps") -> tuple[str
 DEFAULT_DENY = {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
 DNS = {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}
 WEB_INGRESS = {"podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]},
-               "policyTypes": ["Ingress"], "ingress": [{"ports": [{"port": 8080, "protocol": "TCP"}]}]}
+               "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                                                         "ports": [{"port": 8080, "protocol": "TCP"}]}]}
 
 
 def test_namespace_network_policies_reject_namespaces_without_default_deny_or_allows():
@@ -474,8 +595,227 @@ def test_the_ci_policy_config_matches_the_policies_schemas():
     only properties the policies declare, with their types."""
     config = json.loads((ROOT / "policy" / "config.json").read_text())
     schemas = {p.name: p.config_schema.properties for p in rules.POLICIES if p.config_schema}
-    types = {"boolean": bool, "string": str}
+    types = {"boolean": bool, "string": str, "integer": int}
     for policy, properties in config.items():
         for key, value in properties.items():
             assert isinstance(value, types[schemas[policy][key]["type"]]), f"{policy}.{key}"
     assert config["registry-not-exposed"]["allowRegistryExposure"] is False
+    assert config["no-open-network-peers"]["allowAnyAddress"] is False
+    # The NodePort exception is the registry's default node port (components/registry.py).
+    from components.registry import RegistryConfig
+    node_port = RegistryConfig.model_fields["node_port"].default
+    assert config["registry-not-exposed"]["registryNodePort"] == rules.REGISTRY_NODE_PORT == node_port
+
+
+# --- every kind with a pod spec, and failing closed ------------------------------------------------
+
+PRIVILEGED = container("bad", securityContext={"privileged": True})
+
+
+def with_pod_spec(kind: str, spec: dict) -> tuple[str, dict]:
+    """An object of `kind` whose pod spec (where that kind keeps it) is `spec`."""
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+    groups = {"Pod": "core/v1", "PodTemplate": "core/v1", "ReplicationController": "core/v1", "Job": "batch/v1",
+              "CronJob": "batch/v1"}
+    body: dict = {"metadata": {"name": "x", "namespace": "apps"}}
+    if kind == "Pod":
+        body["spec"] = spec
+    elif kind == "PodTemplate":
+        body["template"] = template
+    elif kind == "CronJob":
+        body["spec"] = {"schedule": "@daily", "jobTemplate": {"spec": {"template": template}}}
+    else:
+        body["spec"] = {"selector": {"matchLabels": {"app": "x"}}, "template": template}
+    return f"kubernetes:{groups.get(kind, 'apps/v1')}:{kind}", body
+
+
+@pytest.mark.parametrize("kind", checks.POD_SPEC_KINDS)
+def test_every_kind_with_a_pod_spec_is_checked(kind):
+    assert check_resource(rules.restricted_pod_security, *with_pod_spec(kind, {"containers": [container()]})) == []
+    assert any("privileged" in v for v in check_resource(rules.restricted_pod_security,
+                                                         *with_pod_spec(kind, {"containers": [PRIVILEGED]})))
+    assert check_resource(rules.inspectable_resources, *with_pod_spec(kind, {"containers": [container()]})) == []
+    # A pod spec missing where the kind keeps it is a violation, not a silent pass.
+    type_, broken = with_pod_spec(kind, {"containers": [container()]})
+    broken.pop("template" if kind == "PodTemplate" else "spec")
+    [violation] = check_resource(rules.inspectable_resources, type_, broken)
+    assert "no pod spec" in violation
+
+
+@pytest.mark.parametrize("type_", [
+    "kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v3:Chart", "kubernetes:helm.sh/v4:Chart",
+    "kubernetes:helm.sh/v2:Chart", "kubernetes:yaml:ConfigFile", "kubernetes:yaml:ConfigGroup",
+    "kubernetes:yaml/v2:ConfigFile", "kubernetes:yaml/v2:ConfigGroup", "kubernetes:kustomize:Directory",
+    "kubernetes:kustomize/v2:Directory", "kubernetes:apps/v1:DeploymentPatch", "kubernetes:core/v1:PodPatch",
+    "kubernetes:apps/v1:DeploymentList",
+])
+def test_inspectable_resources_fails_closed(type_):
+    """Types whose objects the pack cannot see are violations (type tokens of the pinned SDK)."""
+    token = type_.encode()
+    sdk = Path(__import__("pulumi_kubernetes").__file__).parent
+    assert any(token in path.read_bytes() for path in sdk.rglob("*.py")), f"{type_} is not a type of the SDK"
+    [violation] = check_resource(rules.inspectable_resources, type_, {"values": {"x": 1}})
+    assert violation.startswith(type_)
+    # No other rule mistakes them for the objects they name.
+    assert rules.kubernetes_object(type_, {"spec": {}}) is None
+
+
+# --- baseline Pod Security Standard fields -----------------------------------------------------------
+
+
+def test_restricted_pod_security_checks_the_baseline_fields():
+    policy = rules.restricted_pod_security
+    allowed = container(securityContext={**container()["securityContext"], "procMount": "Default",
+                                         "seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"},
+                                         "appArmorProfile": {"type": "RuntimeDefault"},
+                                         "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
+                        ports=[{"containerPort": 8080}])
+    type_, good = deployment(allowed, securityContext={"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start",
+                                                                    "value": "0"}],
+                                                       "appArmorProfile": {"type": "Localhost",
+                                                                           "localhostProfile": "p"}})
+    good["spec"]["template"]["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "runtime/default"}
+    assert check_resource(policy, type_, good) == []
+
+    context = {**container()["securityContext"], "procMount": "Unmasked",
+               "seLinuxOptions": {"type": "spc_t", "user": "root", "role": "sysadm_r"},
+               "appArmorProfile": {"type": "Unconfined"}, "windowsOptions": {"hostProcess": True},
+               "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+    bad = container(securityContext=context, ports=[{"containerPort": 80, "hostPort": 80}],
+                    readinessProbe={"httpGet": {"host": "10.0.0.1", "port": 80}})
+    debug = container("debug")
+    del debug["resources"]  # ephemeral containers take no resources; they are checked all the same
+    debug["securityContext"] = {}
+    type_, pod = deployment(
+        bad, hostPID=True, hostIPC=True, hostNetwork=True, ephemeralContainers=[debug],
+        volumes=[{"name": "root", "hostPath": {"path": "/"}}],
+        securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}], "seccompProfile": {"type": "Unconfined"},
+                         "seLinuxOptions": {"type": "unconfined_t"}})
+    pod["spec"]["template"]["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "unconfined"}
+    violations = "\n".join(check_resource(policy, type_, pod))
+    for fragment in ("procMount 'Unmasked'", "seLinuxOptions.type 'spc_t'", "seLinuxOptions.user",
+                     "seLinuxOptions.role", "pod seLinuxOptions" if False else "web: seLinuxOptions.type 'unconfined_t'",
+                     "appArmorProfile.type 'Unconfined'", "apparmor.security.beta.kubernetes.io/app='unconfined'",
+                     "sysctl 'kernel.msgmax'", "hostPort 80", "volume root is a hostPath", "hostPID", "hostIPC",
+                     "hostNetwork", "adds capabilities ['SYS_ADMIN']", "windowsOptions.hostProcess",
+                     "pod seccompProfile 'Unconfined'", "readinessProbe httpGet sets host",
+                     "container debug: allowPrivilegeEscalation"):
+        assert fragment in violations, fragment
+
+
+# --- credentials on command lines ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [
+    {"args": ["--password=hunter2"]},
+    {"args": ["--db-password", "hunter2"]},
+    {"command": ["redis-server", "--requirepass", "hunter2"]},
+    {"command": ["sh", "-c", "PGPASSWORD=hunter2 psql -h db"]},
+    {"command": ["sh", "-c", "export API_TOKEN=abc123 && run"]},
+    {"args": ["--url", "postgres://app:hunter2@db:5432/app"]},
+    {"args": ["--key", "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----"]},
+    {"livenessProbe": {"exec": {"command": ["check", "--token", "abc123"]}}},
+    {"lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "curl -u admin:x https://h --password=s3cr3t"]}}}},
+], ids=["flag=", "flag value", "requirepass", "shell assignment", "export", "url", "pem", "probe", "hook"])
+def test_no_secrets_in_arguments_rejects_literal_credentials(extra):
+    violations = check_resource(rules.no_secrets_in_arguments, *deployment(container(**extra)))
+    assert violations and all("pass it from a Secret" in v for v in violations)
+
+
+def test_no_secrets_in_arguments_allows_references_to_credentials():
+    good = container(command=["sh", "-c", 'PGPASSWORD="$DB_PASSWORD" psql -h db; redis-cli --pass "${REDIS_PW}"'],
+                     args=["--password=$(DB_PASSWORD)", "--password-file", "/run/secrets/pw", "--token-ttl", "5m",
+                           "--secret-name", "db", "--no-password", "--verbose", "postgres://db:5432/app"],
+                     env=[{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}])
+    assert check_resource(rules.no_secrets_in_arguments, *deployment(good)) == []
+
+
+# --- floating tags -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("image, floating", [
+    ("docker.io/library/postgres:16", True),              # a major line
+    ("docker.io/library/postgres:16-alpine", True),
+    ("docker.io/library/postgres:16.6-alpine3.21", False),  # PostgreSQL's releases have two numbers
+    ("docker.io/library/redis:7.4", True),
+    ("docker.io/library/redis:7.4-alpine", True),
+    ("docker.io/library/redis:7.4.11-bookworm", False),
+    ("nginx:1.27", True),
+    ("nginx:1.27.3", False),
+    ("ghcr.io/org/tool:v1.2.3", False),
+    ("eclipse-temurin:17.0.20_8-jre-alpine-3.24", False),
+    ("localhost:32000/shop/cart:04077a2e", True),          # a content hash is no version: needs its digest
+    (f"localhost:32000/shop/cart:04077a2e@{DIGEST}", False),
+    (f"docker.io/library/postgres:16@{DIGEST}", False),    # a digest pins whatever the tag says
+    ("redis:stable", True),
+    ("redis:1.2.3\n", True),                               # matched whole
+    ("redis:1.2.\u0663", True),                            # ASCII only
+])
+def test_no_mutable_image_tags_defines_floating(image, floating):
+    assert bool(check_resource(rules.no_mutable_image_tags, *deployment(container(image=image)))) is floating
+
+
+def test_every_pin_is_an_exact_version():
+    assert [name for name, ref in versions.IMAGES.items() if checks.floating_tag_problem(ref.split("@")[0])] == []
+
+
+# --- NetworkPolicy peers -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [
+    {"policyTypes": ["Ingress"], "ingress": [{}]},
+    {"policyTypes": ["Ingress"], "ingress": [{"from": [], "ports": [{"port": 80}]}]},
+    {"policyTypes": ["Egress"], "egress": [{"ports": [{"port": 443}]}]},
+    {"policyTypes": ["Egress"], "egress": [{"to": [{}], "ports": [{"port": 443}]}]},
+    {"policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]}]},
+    {"policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "::/0", "except": ["10.0.0.0/8"]}}]}]},
+    {"policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {}}], "ports": [{"port": 80}]}]},
+    {"policyTypes": ["Ingress"], "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {}}]}]},
+], ids=["rule {}", "from []", "no to", "peer {}", "0.0.0.0/0", "::/0", "every namespace", "every pod"])
+def test_no_open_network_peers_rejects_rules_open_to_every_peer(spec):
+    policy = rules.no_open_network_peers
+    assert check_resource(policy, *network_policy("open", {"podSelector": {}, **spec}))
+
+
+def test_no_open_network_peers_allows_named_peers_and_the_opt_in():
+    policy = rules.no_open_network_peers
+    for spec in (DEFAULT_DENY, WEB_INGRESS, {**WEB_INGRESS, "ingress": [{"from": [
+            {"podSelector": {}}, {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "prometheus"}}},
+            {"ipBlock": {"cidr": "10.0.0.0/8"}}], "ports": [{"port": 8080}]}]}):
+        assert check_resource(policy, *network_policy("ok", spec)) == []
+    every = {"podSelector": {}, "policyTypes": ["Egress"],
+             "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"namespaceSelector": {}}], "ports": [{"port": 443}]}]}
+    assert len(check_resource(policy, *network_policy("any", every))) == 2
+    assert check_resource(policy, *network_policy("any", every), {"allowAnyAddress": True}) == []
+    # The opt-in never admits a rule without peers.
+    assert check_resource(policy, *network_policy("open", {"podSelector": {}, "ingress": [{}]}), {"allowAnyAddress": True})
+
+
+# --- the pack runs in its own virtualenv -----------------------------------------------------------------
+
+
+def test_the_pack_imports_only_what_its_virtualenv_has():
+    """policy/PulumiPolicy.yaml runs the pack in policy/.venv (policy/requirements.txt): rules.py and
+    what it imports from infra/ must not need the program's dependencies."""
+    import subprocess
+    import sys
+
+    allowed = {line.split("==")[0].lower().replace("-", "_")
+               for line in (ROOT / "policy" / "requirements.txt").read_text().splitlines()
+               if line and not line.startswith("#")}
+    assert allowed == {"pulumi", "pulumi_policy", "pyyaml"}
+    blocked = ["pydantic", "pulumi_kubernetes", "pulumi_docker", "pulumi_random", "ruamel", "boto3", "components"]
+    script = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        f"    def find_spec(self, name, path, target=None):\n"
+        f"        if name.split('.')[0] in {blocked!r}: raise ImportError('not in policy/.venv: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import policy.rules\n"
+        "print(len(policy.rules.POLICIES))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(len(rules.POLICIES))
