@@ -140,7 +140,7 @@ SECCOMP_TYPES = ("RuntimeDefault", "Localhost")
 
 
 def restricted_violations(name: str, spec: dict, annotations: Optional[dict] = None) -> list[str]:
-    """Violations of the baseline and restricted Pod Security Standards (Kubernetes 1.29+), plus the
+    """Violations of the baseline and restricted Pod Security Standards (all supported Kubernetes versions), plus the
     team's rule that every container decides readOnlyRootFilesystem explicitly. `annotations` are
     the pod's (a template's metadata), where the AppArmor annotations live."""
     problems = []
