@@ -116,6 +116,8 @@ def server_pod_spec(name: str, namespace: str, image: str, settings: CassandraSe
     ]
     return {
         "securityContext": kb.pod_security(UID, UID, fs_group=UID),
+        # Cassandra never calls the Kubernetes API (seeds are DNS names): no token in its pod.
+        "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
         "initContainers": [
@@ -186,6 +188,7 @@ def auth_job_spec(name: str, secret: str, host: str, image: str) -> dict:
             "spec": {
                 "restartPolicy": "OnFailure",
                 "securityContext": kb.pod_security(UID, UID),
+                "automountServiceAccountToken": False,  # cqlsh only: no API calls
                 "enableServiceLinks": False,
                 "containers": [
                     {

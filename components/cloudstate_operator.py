@@ -2,16 +2,17 @@
 configured with the 0.5.1 proxies, whose protocol our Node SDK speaks (infra/versions.py), and
 installed the way its upstream descriptor (`operator/deploy/*.yaml` at v0.6.0) does, converted to
 current Kubernetes APIs. Between v0.5.1 and v0.6.0 the operator only gained Cassandra credentials
-and the sidecar's metrics port (docs/cloudstate.md, "Which operator"); its config keys, ClusterRole
+and the sidecar's metrics port (docs/cloudstate.md, "Which operator"); its config keys, RBAC needs
 and resource schema are unchanged.
 
 Differences from upstream `cloudstate.yaml` (reference cloudstate/NOTES.md §2.1, §5), each on purpose:
 - CRDs are `apiextensions.k8s.io/v1` with structural schemas (components/cloudstate_crds.py);
   RBAC is `rbac.authorization.k8s.io/v1`.
-- The ClusterRoleBinding's subject is the namespace the operator actually runs in (upstream
-  hard-codes `cloudstate`, cloudstate issue #123).
-- The operator config pins every proxy image (upstream: `latest`) and watches exactly the listed
-  namespaces (upstream: `*`).
+- No ClusterRole or ClusterRoleBinding: the operator watches exactly the listed namespaces
+  (upstream: `*`) and gets, in each of them only, a Role with what it really does there
+  (NAMESPACE_RULES), bound to its ServiceAccount in the namespace it actually runs in (upstream's
+  binding hard-codes `cloudstate`, cloudstate issue #123).
+- The operator config pins every proxy image (upstream: `latest`).
 - The Deployment meets the restricted Pod Security Standard and has requests and limits.
 """
 from __future__ import annotations
@@ -34,7 +35,6 @@ from infra import versions
 
 NAME = "cloudstate-operator"
 CONFIG_MAP = "cloudstate-operator-config"
-CLUSTER_ROLE = "cloudstate-operator-role"
 UID = 1001
 """The operator image's user. v0.6.0 builds it with sbt-native-packager 1.7.4 (project/plugins.sbt) on
 `adoptopenjdk/openjdk11:debianslim-jre` (build.sbt): `USER 1001:0`, files owned by 1001:root with
@@ -58,31 +58,28 @@ DEPLOYMENT_SUFFIX = "-deployment"
 replica and then keeps the scale it finds (`StatefulServiceOperatorFactory.scala` `deploymentNameFor`,
 `reconcileDeployment`)."""
 
-CLUSTER_RULES = [
-    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-    {
-        "apiGroups": [""],
-        "resources": ["services", "pods"],
-        "verbs": ["get", "create", "delete", "patch", "update", "watch", "list"],
-    },
-    {
-        "apiGroups": ["apps"],
-        "resources": ["deployments", "deployments/scale"],
-        "verbs": ["get", "create", "delete", "patch", "update", "watch", "list"],
-    },
-    {
-        "apiGroups": ["rbac.authorization.k8s.io"],
-        "resources": ["rolebindings", "roles"],
-        "verbs": ["get", "create", "delete", "patch", "update"],
-    },
+NAMESPACE_ROLE = "cloudstate-operator"
+NAMESPACE_RULES = [
+    # OperatorRunner: Watcher.watch lists and watches both kinds, the factories `getOption` them.
     {"apiGroups": [crds.GROUP], "resources": ["statefulstores", "statefulservices"], "verbs": ["get", "list", "watch"]},
-    {
-        "apiGroups": [crds.GROUP],
-        "resources": ["statefulstores/status", "statefulservices/status"],
-        "verbs": ["update", "patch"],
-    },
+    # OperatorRunner.updateStatus: `client.updateStatus`, a PUT of the status subresource.
+    {"apiGroups": [crds.GROUP], "resources": ["statefulstores/status", "statefulservices/status"], "verbs": ["update"]},
+    # StatefulServiceOperatorFactory: getOption, create, update (PUT) and delete of
+    # `<name>-deployment`; StatefulStoreOperatorFactory.updateDependents: listSelected.
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "create", "update", "delete"]},
 ]
-"""Exactly upstream's ClusterRole (v0.6.0 `operator/deploy/03-role.yaml`, same as v0.5.1), nothing wider."""
+"""What operator 0.6.0 does in a namespace it watches, read from its source
+(`operator/src/main/scala/io/cloudstate/operator/` at v0.6.0), granted per namespace by a Role and
+RoleBinding that the stack owning the namespace creates (components/project_environment.py).
+
+Upstream grants its ClusterRole cluster-wide; that role also lists what this operator can never use
+on Kubernetes >= 1.22, left out here: `roles`/`rolebindings` (ResourceHelper creates them through
+`rbac.authorization.k8s.io/v1beta1`, gone, so those requests fail whatever the grant), `services`
+(ResourceHelper reaches them only after those Roles), `pods` and `deployments/scale` (no call at
+all), `namespaces` (OperatorMain watches namespaces only for `watch.namespaces = ["*"]`, which
+this program never sets). With an explicit list every request is namespaced
+(`OperatorMain.watchConfiguredNamespaces` -> `client.usingNamespace`), so the operator holds no
+cluster-wide permission at all: no ClusterRole, no ClusterRoleBinding."""
 
 
 class CloudStateArgs(ConfigModel):
@@ -212,6 +209,19 @@ def operator_pod_spec(image: str, settings: CloudStateArgs) -> dict:
     }
 
 
+def namespace_access(namespace: pulumi.Input[str], operator_namespace: str) -> tuple[dict, dict]:
+    """(Role, RoleBinding) bodies that let the operator (ServiceAccount `cloudstate-operator` in
+    `operator_namespace`) reconcile `namespace`, and nothing else."""
+    meta = kb.metadata(NAMESPACE_ROLE, namespace, "cloudstate-operator")
+    role = {"metadata": meta, "rules": NAMESPACE_RULES}
+    binding = {
+        "metadata": meta,
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": operator_namespace}],
+        "role_ref": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAMESPACE_ROLE},
+    }
+    return role, binding
+
+
 # --- component -------------------------------------------------------------------------------
 
 
@@ -256,17 +266,6 @@ class CloudStateOperator(Component):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cloudstate-operator-config-reader"},
             opts=self.child_opts(depends_on=[config_reader]),
         )
-        cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-cluster-role", metadata=kb.metadata(CLUSTER_ROLE, None, "cloudstate-operator"), rules=CLUSTER_RULES,
-            opts=child,
-        )
-        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-cluster-role-binding",
-            metadata=kb.metadata(NAME, None, "cloudstate-operator"),
-            subjects=subject,
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            opts=self.child_opts(depends_on=[cluster_role]),
-        )
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=kb.metadata(NAME, args.namespace, "cloudstate-operator"),
@@ -284,7 +283,7 @@ class CloudStateOperator(Component):
                 },
             },
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*self.crds, account, config, config_binding, cluster_binding]
+                parent=self, depends_on=[*self.crds, account, config, config_binding]
             ),
         )
         # It only talks to the Kubernetes API (it serves no webhook), so nothing may connect to it.

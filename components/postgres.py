@@ -150,6 +150,8 @@ def server_pod_spec(name: str, secret: str, image: str, settings: PostgresSettin
     ready = ["sh", "-c", f'pg_isready -h 127.0.0.1 -p {PORT} -U "$POSTGRES_USER" -d "$POSTGRES_DB"']
     return {
         "securityContext": kb.pod_security(UID, UID, fs_group=UID),
+        # The server never calls the Kubernetes API: no token in its pod.
+        "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "containers": [
             {
@@ -223,6 +225,7 @@ def create_databases_job_spec(name: str, secret: str, host: str, port: int, imag
             "spec": {
                 "restartPolicy": "OnFailure",
                 "securityContext": kb.pod_security(UID, UID),
+                "automountServiceAccountToken": False,  # psql only: no API calls
                 "enableServiceLinks": False,
                 "containers": [
                     {

@@ -10,7 +10,9 @@ succeed (v0.6.0
 the Deployment is created concurrently, so it still appears). So this component creates, per
 namespace, the ServiceAccount the entity pods run as (carrying the registry pull Secret, since
 the v0.5 schema has no imagePullSecrets), the pod-reader Role and RoleBinding the Akka cluster
-bootstrap needs, and per entity the Service (port 80 -> proxy 8013).
+bootstrap needs, and per entity the Service (port 80 -> proxy 8013). It also grants the operator,
+in this namespace only, what it does here (components/cloudstate_operator.py NAMESPACE_RULES): the
+stack that owns a namespace grants it, whichever stack runs the operator.
 
 The v0.5 schema has no `replicas` either, and the operator starts every Deployment at one replica
 and then keeps whatever scale it finds; a HorizontalPodAutoscaler with minReplicas = maxReplicas
@@ -28,7 +30,7 @@ import pulumi_kubernetes as k8s
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components import network
-from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs
+from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs, namespace_access
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
 from components.namespace import Namespace, NamespaceArgs
 from components.component import Component
@@ -40,6 +42,12 @@ REMOTING_PORT = 2552
 MANAGEMENT_PORT = 8558
 """The proxies' Akka remoting and management (cluster bootstrap, health) ports."""
 USER_PORT = 8080
+NO_TOKEN = "no-api-token"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the ServiceAccount admission plugin mounts the API token into every container, except a
+container that already mounts something there (kubernetes plugin/pkg/admission/serviceaccount/
+admission.go `mountServiceAccountToken`: "Existing mounts at the default mount path prevent
+mounting of the API token")."""
 ENTITY_UID = 1000
 """The user the entity images run as (`USER 1000:1000` in their Dockerfiles)."""
 SERVICE_LABEL = "cloudstate.io/statefulService"
@@ -73,7 +81,7 @@ class ProjectEnvironmentArgs:
     project: str
     environment: str
     namespace: str
-    """The namespace's name (`<project>-<environment>`, or the platform namespace)."""
+    """The namespace's name (`<project>-<environment>`, or `<platform namespace>-state`)."""
     entities: Sequence[EntityService]
     store_kind: StoreKind
     stores: StoresConfig
@@ -82,8 +90,8 @@ class ProjectEnvironmentArgs:
     pull_secret: PullSecretFactory
     kubernetes_api: network.KubernetesApi
     """Where the proxies reach the API server (platform.kubernetesApi): Akka's Kubernetes discovery."""
-    create_namespace: bool = True
-    """False: the namespace exists already (the platform namespace, for the project-state entity)."""
+    operator_namespace: str
+    """The namespace of the cluster's CloudState operator (its ServiceAccount), granted access here."""
     depends_on: Sequence[pulumi.Resource] = ()
     """The CloudState CRDs and operator, when this stack owns them (else they exist already)."""
     image_mirror: Optional[str] = None
@@ -137,10 +145,16 @@ def stateful_service_spec(
                 "ports": [{"name": "user-port", "containerPort": USER_PORT}],
                 "resources": settings.entity_resources.spec(),
                 "securityContext": kb.container_security(read_only_root=True, run_as_user=ENTITY_UID),
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                "volumeMounts": [
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    # The proxy sidecar needs the pod's API token (Akka's Kubernetes discovery lists
+                    # the entity's pods), so the pod mounts one; the user function never calls the
+                    # API, and an empty directory here keeps the token out of its container.
+                    {"name": NO_TOKEN, "mountPath": TOKEN_PATH, "readOnly": True},
+                ],
             }
         ],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, {"name": NO_TOKEN, "emptyDir": {"sizeLimit": "1Mi"}}],
         "sidecarResources": settings.sidecar_resources.spec(),
         "sidecarJvmMemory": jvm,
     }
@@ -205,18 +219,22 @@ class ProjectEnvironment(Component):
     def __init__(self, name: str, args: ProjectEnvironmentArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:cloudstate:ProjectEnvironment", name, None, opts)
         child = self.child_opts()
-        if args.create_namespace:
-            # Removing the project from the stack file must not take its journal with it: a
-            # namespace holding a managed store's volume stays (docs/cloudstate.md, "What is kept").
-            keep = holds_store_data(args.entities, args.store_kind, args.stores)
-            namespace = Namespace(
-                f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment, keep), child
-            )
-            ns: pulumi.Input[str] = namespace.name
-        else:
-            ns = args.namespace
+        # Removing the project from the stack file must not take its journal with it: a
+        # namespace holding a managed store's volume stays (docs/cloudstate.md, "What is kept").
+        keep = holds_store_data(args.entities, args.store_kind, args.stores)
+        namespace = Namespace(
+            f"{name}-namespace", namespace_args(args.namespace, args.project, args.environment, keep), child
+        )
+        ns: pulumi.Input[str] = namespace.name
         self.namespace = pulumi.Output.from_input(ns)
         component = "cloudstate-entity"
+
+        # The operator may reconcile this namespace, and only what it does here (no cluster-wide grant).
+        role_body, binding_body = namespace_access(ns, args.operator_namespace)
+        operator_role = k8s.rbac.v1.Role(f"{name}-operator-role", **role_body, opts=child)
+        operator_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-operator-binding", **binding_body, opts=self.child_opts(depends_on=[operator_role])
+        )
 
         pull_secret = args.pull_secret(f"{name}-pull-secret", ns, child)
         account = k8s.core.v1.ServiceAccount(
@@ -249,7 +267,7 @@ class ProjectEnvironment(Component):
                     namespace=ns,
                     namespace_name=args.namespace,
                     database=store_key(args.project, args.environment),
-                    depends_on=args.depends_on,
+                    depends_on=[*args.depends_on, operator_binding],
                     image_mirror=args.image_mirror,
                 ),
                 child,
@@ -260,7 +278,8 @@ class ProjectEnvironment(Component):
 
         self.services: list[str] = []
         for entity in args.entities:
-            waits = [*args.depends_on, pull_secret, account, binding, *(store.ready if store and entity.needs_store else [])]
+            waits = [*args.depends_on, operator_binding, pull_secret, account, binding,
+                     *(store.ready if store and entity.needs_store else [])]
             k8s.apiextensions.CustomResource(
                 f"{name}-{entity.service_name}",
                 api_version=crds.API_VERSION,

@@ -233,7 +233,10 @@ def registry_settings(realm: str = "cloudstation") -> dict:
         "log": {"level": "info", "fields": {"service": "registry"}},
         "storage": {
             "filesystem": {"rootdirectory": DATA_PATH},
-            "delete": {"enabled": True},
+            # No deletion through the API: nothing in the platform deletes, and so the credential
+            # every entity namespace holds (htpasswd has no per-user rights) cannot remove an
+            # image a stack runs (docs/security.md, "CloudState operator, entity namespaces and stores").
+            "delete": {"enabled": False},
             "cache": {"blobdescriptor": "inmemory"},
         },
         "http": {

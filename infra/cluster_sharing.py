@@ -38,10 +38,20 @@ def project_namespace(project: str, environment: str) -> str:
     return f"{project}-{environment}"
 
 
+STATE_SUFFIX = "-state"
+
+
+def project_state_namespace(platform_namespace: str) -> str:
+    """The project-state entity's namespace, `<platform namespace>-state`: its own, because the
+    operator generates its pods, which only a "baseline" namespace admits, and the platform
+    namespace, which holds the registry and its credentials, enforces "restricted"."""
+    return f"{platform_namespace}{STATE_SUFFIX}"
+
+
 def entity_namespaces(platform_namespace: str, environment: str, projects: Iterable[str]) -> dict[str, str]:
     """Every namespace of a stack that holds StatefulServices, with the config key it comes from:
-    the platform namespace (the project-state entity) and each project's `<project>-<environment>`."""
-    found = {platform_namespace: f"{PROJECT}:platform.namespace"}
+    the project-state entity's and each project's `<project>-<environment>`."""
+    found = {project_state_namespace(platform_namespace): f"{PROJECT}:platform.namespace"}
     for index, project in enumerate(projects):
         found[project_namespace(project, environment)] = f"{PROJECT}:projects[{index}].name"
     return found

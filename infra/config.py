@@ -146,7 +146,7 @@ class ProjectConfig(ConfigModel):
 
 
 class ProjectStateConfig(EntityConfig):
-    """CloudStation's own Project entity (entities/project-state), in the platform namespace."""
+    """CloudStation's own Project entity (entities/project-state), in `<platform namespace>-state`."""
 
     name: ShortDnsLabel = "project-state"
     kind: EntityKind = EntityKind.EVENT_SOURCED
@@ -212,7 +212,7 @@ class PlatformConfig(ConfigModel):
     stores: StoresConfig = StoresConfig()
     """How the projects' stores run: managed per project namespace, or external (docs/cloudstate.md)."""
     project_state_store: Literal["postgres", "cassandra"] = "postgres"
-    """The store of the project-state entity, in the platform namespace."""
+    """The store of the project-state entity, in its namespace `<platform namespace>-state`."""
     kubernetes_api: KubernetesApi = Field(default={}, validate_default=True)
     """The Kubernetes API server's addresses and port, the only ones its clients' NetworkPolicies
     allow (components/network.py, docs/network-policies.md). The default fits kind."""
@@ -275,6 +275,10 @@ class StackConfig(ConfigModel):
     def _cloudstate_names_fit(self) -> "StackConfig":
         # Project namespaces are `<project>-<environment>`; the platform namespace must differ.
         platform = self.platform.namespace
+        state = f"{platform}-state"  # the project-state entity's namespace (infra/cluster_sharing.py)
+        if len(state) > 63:
+            raise problem(f"project-state runs in '{state}', longer than a namespace name may be (63); "
+                          "shorten the platform namespace to at most 57 characters", "platform.namespace", platform)
         for index, project in enumerate(self.projects):
             if f"{project.name}-{self.environment.value}" == platform:
                 raise problem(

@@ -64,12 +64,11 @@ class RegistryAccess:
 
 
 def client_namespaces(config: StackConfig) -> list[str]:
-    """Namespaces whose pods may reach the registry: the platform's and every project's."""
-    from infra.cloudstation import project_namespace  # imported late: cloudstation imports this module
+    """Namespaces that run entities (project-state's and every project's): each gets the pull
+    Secret, and their pods may reach the registry."""
+    from infra.cluster_sharing import own_namespaces
 
-    return [config.platform.namespace] + [
-        project_namespace(project.name, config.environment.value) for project in config.projects
-    ]
+    return list(own_namespaces(config))
 
 
 def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAccess:

@@ -27,8 +27,8 @@ def _store(kind: str) -> Callable[[list], list]:
     return lambda projects: [{**project, "store": kind} for project in projects]
 
 
-SHARED_OWNER_WATCH = ["cloudstation-test", "shop-test"]
-"""The other (test) stack's platform and project namespaces, on the prod owner's cluster."""
+SHARED_OWNER_WATCH = ["cloudstation-state", "shop-test"]
+"""The other (test) stack's project-state and project namespaces, on the prod owner's cluster."""
 
 
 @functools.lru_cache(maxsize=None)

@@ -44,9 +44,10 @@ def require_tools() -> None:
 class RegistryServer:
     """`with RegistryServer(workdir) as registry:` — a registry answering on `registry.host`."""
 
-    def __init__(self, workdir: Path, username: str = USERNAME, password: str = PASSWORD):
+    def __init__(self, workdir: Path, username: str = USERNAME, password: str = PASSWORD, delete_enabled: bool = True):
         require_tools()
         self.workdir = workdir
+        self.delete_enabled = delete_enabled  # storage.delete.enabled (tests of the platform's own setting)
         self.username, self.password = username, password
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
@@ -69,7 +70,7 @@ class RegistryServer:
         config = {
             "version": 0.1,
             "log": {"level": "warn"},
-            "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": True}},
+            "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": self.delete_enabled}},
             "http": {"addr": self.host, "secret": "registry-for-tests"},
             "auth": {"htpasswd": {"realm": "test-registry", "path": str(auth / "htpasswd")}},
         }

@@ -7,7 +7,7 @@ import yaml
 from components import cloudstate_crds as crds
 from components import cloudstate_operator as operator
 from infra import checks, validate, versions
-from infra.cloudstation import project_namespace
+from infra.cloudstation import project_namespace, project_state_namespace
 from infra.config import ConfigError, StackConfig, load
 from infra.render import validate_config
 from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
@@ -20,7 +20,9 @@ CLUSTER_SCOPED = {
 
 
 def own_namespaces(config: StackConfig) -> list[str]:
-    return [config.platform.namespace] + [project_namespace(p.name, config.environment.value) for p in config.projects]
+    """A stack's namespaces with StatefulServices: project-state's and every project's."""
+    return [project_state_namespace(config.platform.namespace)] + [
+        project_namespace(p.name, config.environment.value) for p in config.projects]
 
 
 def structural_problems(schema: dict, path: str = "") -> list[str]:
@@ -144,26 +146,64 @@ def test_operator_service_account_is_bound_in_the_namespace_it_runs_in(owner):
     assert deployment["metadata"]["namespace"] == namespace
     assert pod_spec(deployment)["serviceAccountName"] == "cloudstate-operator"
     find(owner, "ServiceAccount", "cloudstate-operator", namespace)
-    binding = find(owner, "ClusterRoleBinding", "cloudstate-operator")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cloudstate-operator", "namespace": namespace}]
-    assert binding["roleRef"]["name"] == "cloudstate-operator-role"
     reader = find(owner, "RoleBinding", "cloudstate-operator-config-reader-binding", namespace)
-    assert reader["subjects"][0]["namespace"] == namespace
+    assert reader["subjects"] == [{"kind": "ServiceAccount", "name": "cloudstate-operator", "namespace": namespace}]
+    role = find(owner, "Role", reader["roleRef"]["name"], namespace)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "watch"],
+                              "resourceNames": ["cloudstate-operator-config"]}]
 
 
-def test_cluster_role_is_exactly_upstreams(owner):
-    role = find(owner, "ClusterRole", "cloudstate-operator-role")
-    assert role["apiVersion"] == "rbac.authorization.k8s.io/v1"
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    # reference cloudstate/NOTES.md §2.1 (the table of upstream's ClusterRole)
-    upstream = {("", "namespaces", v) for v in ("get", "list", "watch")}
-    upstream |= {("", r, v) for r in ("services", "pods") for v in ("get", "create", "delete", "patch", "update", "watch", "list")}
-    upstream |= {("apps", r, v) for r in ("deployments", "deployments/scale")
-                 for v in ("get", "create", "delete", "patch", "update", "watch", "list")}
-    upstream |= {("rbac.authorization.k8s.io", r, v) for r in ("rolebindings", "roles") for v in ("get", "create", "delete", "patch", "update")}
-    upstream |= {("cloudstate.io", r, v) for r in ("statefulstores", "statefulservices") for v in ("get", "list", "watch")}
-    upstream |= {("cloudstate.io", r, v) for r in ("statefulstores/status", "statefulservices/status") for v in ("update", "patch")}
-    assert granted == upstream
+def operator_grants(rendered_stacks, subject: dict) -> list[tuple[str, str, str, str, str]]:
+    """(binding kind, namespace or '*', apiGroup, resource, verb) of every permission that any
+    binding of either stack file (one cluster) gives `subject`."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for r in rendered_stacks.values() for o in r.manifests() if o["kind"] in ("Role", "ClusterRole")}
+    grants = []
+    for rendered in rendered_stacks.values():
+        for binding in rendered.manifests():
+            if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding") or subject not in binding["subjects"]:
+                continue
+            namespace = binding["metadata"].get("namespace", "*")
+            ref = binding["roleRef"]
+            role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else namespace, ref["name"])]
+            grants += [(binding["kind"], namespace, g, r, v) for rule in role["rules"]
+                       for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
+    return grants
+
+
+def test_the_operator_writes_only_in_the_namespaces_it_watches(owner, rendered_stacks):
+    """Operator 0.6.0 with an explicit watch list makes only namespaced requests (v0.6.0
+    OperatorMain.watchConfiguredNamespaces): no ClusterRoleBinding at all, and in each watched
+    namespace, of whichever stack file, exactly what its source does there
+    (components/cloudstate_operator.py NAMESPACE_RULES)."""
+    namespace = validate_config(owner.stack).platform.namespace
+    subject = {"kind": "ServiceAccount", "name": "cloudstate-operator", "namespace": namespace}
+    config_map = find(owner, "ConfigMap", "cloudstate-operator-config", namespace)
+    watched = operator.parse_operator_config(config_map["data"]["config"])["watch.namespaces"]
+    grants = operator_grants(rendered_stacks, subject)
+    assert not [g for g in grants if g[0] == "ClusterRoleBinding"]
+    assert {g[1] for g in grants} == {namespace, *watched}
+    assert {(g, r, v) for _, ns, g, r, v in grants if ns == namespace} == {("", "configmaps", "get"), ("", "configmaps", "watch")}
+    needed = {("cloudstate.io", r, v) for r in ("statefulstores", "statefulservices") for v in ("get", "list", "watch")}
+    needed |= {("cloudstate.io", r, "update") for r in ("statefulstores/status", "statefulservices/status")}
+    needed |= {("apps", "deployments", v) for v in ("get", "list", "create", "update", "delete")}
+    for ns in watched:
+        assert {(g, r, v) for _, n, g, r, v in grants if n == ns} == needed, ns
+    # Nothing that upstream's ClusterRole has and this operator cannot use on Kubernetes >= 1.22.
+    assert not [g for g in grants if g[3] in ("roles", "rolebindings", "pods", "services", "namespaces", "deployments/scale")]
+
+
+def test_each_stack_grants_the_operator_its_own_namespaces(rendered_stacks, owner):
+    """The stack that owns a namespace binds the operator in it (so the binding lives and dies with
+    the namespace); a stack that shares the cluster reads the operator's namespace from its owner's
+    stack file (platform.clusterOwnerStack)."""
+    operator_namespace = validate_config(owner.stack).platform.namespace
+    for stack, rendered in rendered_stacks.items():
+        for ns in own_namespaces(validate_config(stack)):
+            binding = find(rendered, "RoleBinding", operator.NAMESPACE_ROLE, ns)
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "cloudstate-operator", "namespace": operator_namespace}]
+            assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": operator.NAMESPACE_ROLE}
+            assert find(rendered, "Role", operator.NAMESPACE_ROLE, ns)["rules"] == operator.NAMESPACE_RULES
 
 
 def test_operator_watches_exactly_the_namespaces_that_run_entities_on_its_cluster(owner, rendered_stacks):
@@ -417,3 +457,14 @@ def test_only_a_stack_that_does_not_own_its_cluster_names_an_owner():
     assert caught.value.problems == [
         "cloudstation:platform.clusterOwnerStack: 'prod' — only for a stack that does not own its cluster "
         "(ownsClusterResources: false)"]
+
+
+def test_the_project_state_namespace_must_fit_a_namespace_name():
+    long = "p" * 58
+    stack_file = edited("test", platform=lambda p: {**p, "namespace": long})
+    with pytest.raises(ConfigError) as caught:
+        load(stack_file.values)
+    assert caught.value.problems == [
+        f"cloudstation:platform.namespace: '{long}' — project-state runs in '{long}-state', longer than a namespace "
+        "name may be (63); shorten the platform namespace to at most 57 characters"]
+    assert load(edited("test", platform=lambda p: {**p, "namespace": "p" * 57}).values)

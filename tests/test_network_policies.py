@@ -282,7 +282,7 @@ def test_every_pod_resolves_names_and_reaches_nothing_unlisted(stack_in_cluster)
 
 
 def project_namespaces(rendered) -> list[str]:
-    return [rendered.outputs["platformNamespace"], *rendered.outputs["projectNamespaces"].values()]
+    return [rendered.outputs["projectStateNamespace"], *rendered.outputs["projectNamespaces"].values()]
 
 
 def store_port(pod: Pod) -> Optional[int]:
@@ -327,7 +327,7 @@ def test_entities_do_not_cross_environments_or_reach_armada(rendered_stacks, clu
     assert not cluster.allowed(test_cart, prod_cart, PROXY_PORT)
     assert not cluster.allowed(test_cart, cluster.pod(test["armadaNamespace"], "armada-postgres"), 5432)
     assert not cluster.allowed(test_cart, cluster.pod(test["armadaNamespace"], "armada-server"), 50051)
-    project_state = cluster.pod(test["platformNamespace"], "project-state")
+    project_state = cluster.pod(test["projectStateNamespace"], "project-state")
     assert not cluster.allowed(test_cart, project_state, PROXY_PORT)
     assert not cluster.allowed(project_state, cluster.pod(shop_test, "shop-postgres"), 5432)
 
@@ -535,7 +535,7 @@ def test_cassandra_and_external_stores_on_variants():
     servers (their configured CIDRs only, on their own port only)."""
     non_owner = cloudstate_variants.variant("non-owner")  # shop on a managed Cassandra, project-state on external PostgreSQL
     cluster = cluster_of({"test": non_owner})
-    shop, platform = non_owner.outputs["projectNamespaces"]["shop"], non_owner.outputs["platformNamespace"]
+    shop, platform = non_owner.outputs["projectNamespaces"]["shop"], non_owner.outputs["projectStateNamespace"]
     node = cluster.pod(shop, "shop-cassandra")
     assert cluster.allowed(node, node, node.ports["intra-node"])
     assert cluster.allowed(cluster.pod(shop, "shop-cassandra-auth"), node, 9042)

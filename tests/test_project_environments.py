@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 
 from components.cloudstate_operator import CloudStateArgs
+from components.cloudstate_operator import parse_operator_config
 from components.project_environment import (
-    SERVICE_ACCOUNT, USER_PORT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec, store_key,
+    SERVICE_ACCOUNT, TOKEN_PATH, USER_PORT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec,
+    store_key,
 )
 from infra import checks
 from infra.config import DIGEST_REF, ConfigError, load
@@ -100,12 +102,20 @@ def test_the_user_container_is_restricted_with_requests_and_limits(rendered):
         assert {"cpu", "memory"} <= set(sidecar["requests"]) and {"cpu", "memory"} <= set(sidecar["limits"])
 
 
-def test_project_state_runs_in_the_platform_namespace_with_its_own_store(rendered):
+def test_project_state_runs_in_its_own_namespace_with_its_own_store(rendered):
+    """Not in the platform namespace, which holds the registry and its credentials and enforces
+    "restricted": the operator's entity pods need "baseline" (components/project_environment.py)."""
     platform = validate_config(rendered.stack).platform.namespace
-    service = find(rendered, "StatefulService", "project-state", platform)
-    store = find(rendered, "StatefulStore", service["spec"]["datastore"]["name"], platform)
-    find(rendered, "StatefulSet", store["metadata"]["name"], platform)
-    assert rendered.outputs["projectStateService"] == f"project-state.{platform}.svc.cluster.local:80"
+    state = rendered.outputs["projectStateNamespace"]
+    assert state == f"{platform}-state"
+    service = find(rendered, "StatefulService", "project-state", state)
+    store = find(rendered, "StatefulStore", service["spec"]["datastore"]["name"], state)
+    find(rendered, "StatefulSet", store["metadata"]["name"], state)
+    assert rendered.outputs["projectStateService"] == f"project-state.{state}.svc.cluster.local:80"
+    labels = find(rendered, "Namespace", state)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert not [o for o in rendered.manifests() if o["metadata"].get("namespace") == platform
+                and o["kind"] in ("StatefulService", "StatefulStore")]
 
 
 def test_a_cassandra_project_names_its_keyspace_per_project_and_environment():
@@ -211,3 +221,90 @@ def test_services_over_pods_the_operator_creates_are_not_awaited(rendered):
         if not backed:
             unbacked.add((namespace, service["metadata"]["name"]))
     assert unbacked == {(ns, name) for name, ns in entity_namespaces(rendered).items()}
+
+
+# --- service-account tokens, Pod Security and registry credentials (docs/security.md) ----------
+
+
+def cloudstate_namespaces(rendered) -> set[str]:
+    """The platform namespace, project-state's and every project's (Armada's are its own area)."""
+    outputs = rendered.outputs
+    return {outputs["platformNamespace"], outputs["projectStateNamespace"], *outputs["projectNamespaces"].values()}
+
+
+def bound_accounts(rendered) -> set[tuple[str, str]]:
+    """(namespace, name) of every ServiceAccount some RoleBinding or ClusterRoleBinding grants to."""
+    return {(s["namespace"], s["name"]) for o in rendered.manifests() if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+            for s in o["subjects"] if s["kind"] == "ServiceAccount"}
+
+
+@pytest.mark.parametrize("source", ["test", "prod", "non-owner", "owner-external-cassandra"])
+def test_no_api_token_where_the_workload_does_not_call_the_api(source, rendered_stacks):
+    """A pod whose ServiceAccount is granted nothing has no use for a token: the stores, their setup
+    Jobs and the registry mount none. The entity pods need one for the proxy sidecar (Akka's
+    Kubernetes discovery lists the entity's pods), so their ServiceAccount keeps it, but the user
+    container mounts an empty directory over the token's path, which makes the ServiceAccount
+    admission plugin leave that container alone (kubernetes plugin/pkg/admission/serviceaccount/
+    admission.go `mountServiceAccountToken`)."""
+    rendered = rendered_stacks[source] if source in rendered_stacks else variant(source)
+    scope, bound = cloudstate_namespaces(rendered), bound_accounts(rendered)
+    tokenless = 0
+    for obj in rendered.manifests():
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] not in checks.WORKLOAD_KINDS or namespace not in scope:
+            continue
+        spec = checks.pod_spec(obj)
+        account = spec.get("serviceAccountName", "default")
+        what = f"{source}: {obj['kind']} {namespace}/{obj['metadata']['name']}"
+        if (namespace, account) in bound:
+            assert spec.get("automountServiceAccountToken") is not False, what  # it calls the API
+        else:
+            assert spec.get("automountServiceAccountToken") is False, what
+            tokenless += 1
+    assert tokenless  # at least a store, the registry or a setup Job
+    for service in objects(rendered, "StatefulService"):
+        namespace, spec = service["metadata"]["namespace"], service["spec"]
+        assert (namespace, spec["serviceAccountName"]) in bound  # the proxy's Akka discovery
+        [user] = spec["containers"]
+        [mount] = [m for m in user["volumeMounts"] if m["mountPath"] == TOKEN_PATH]
+        [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        assert set(volume) == {"name", "emptyDir"} and mount.get("readOnly") is True, service["metadata"]["name"]
+    assert TOKEN_PATH == "/var/run/secrets/kubernetes.io/serviceaccount"  # the plugin's DefaultAPITokenMountPath
+
+
+def test_the_platform_namespace_is_restricted_and_runs_no_operator_generated_pod(rendered):
+    """It holds the registry and its credentials: it enforces "restricted", which the operator's
+    entity pods (no securityContext from the operator) could not meet, so none run there."""
+    platform = rendered.outputs["platformNamespace"]
+    labels = find(rendered, "Namespace", platform)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    inside = [o for o in rendered.manifests() if o["metadata"].get("namespace") == platform]
+    assert not [o for o in inside if o["apiVersion"].startswith("cloudstate.io/")]
+    for obj in inside:
+        if obj["kind"] in checks.WORKLOAD_KINDS:
+            assert checks.restricted_violations(obj["metadata"]["name"], checks.pod_spec(obj)) == []
+    # The entity namespaces hold no registry credential but the pull Secret of their pods.
+    for namespace in cloudstate_namespaces(rendered) - {platform}:
+        secrets = [o for o in objects(rendered, "Secret") if o["metadata"]["namespace"] == namespace
+                   and o["type"] == "kubernetes.io/dockerconfigjson"]
+        assert [s["metadata"]["name"] for s in secrets] == [PULL_SECRET_NAME], namespace
+        assert not [o for o in objects(rendered, "Secret") if o["metadata"]["namespace"] == namespace
+                    and o["metadata"]["name"].startswith("registry")], namespace
+
+
+@pytest.mark.parametrize("source", ["test", "prod", "non-owner", "owner-external-cassandra"])
+def test_every_image_from_the_stacks_registry_is_pinned_by_digest(source, rendered_stacks):
+    """The pull Secret in every entity namespace can push (the registry's htpasswd has no per-user
+    rights). It still cannot change what runs: everything this stack pulls from that registry is
+    referenced by digest, and a push can only add new digests (docs/security.md)."""
+    rendered = rendered_stacks[source] if source in rendered_stacks else variant(source)
+    host = rendered.outputs["registry"]["pullHost"]
+    images = [c["image"] for _, spec in checks.workloads(rendered.manifests()) for c in checks.containers(spec)]
+    images += [c["image"] for s in objects(rendered, "StatefulService") for c in s["spec"]["containers"]]
+    for config_map in objects(rendered, "ConfigMap"):
+        if config_map["metadata"]["name"] == "cloudstate-operator-config":
+            images += list(parse_operator_config(config_map["data"]["config"])["proxy.image"].values())
+    from_registry = [image for image in images if image.split("/", 1)[0] == host]
+    assert from_registry, source  # the entities
+    assert all(DIGEST_REF.match(image) for image in from_registry), from_registry
+    assert sorted(set(from_registry)) == sorted(set(rendered.outputs["images"].values()))

@@ -374,3 +374,21 @@ def test_external_mode_renders_no_registry_and_pushes_to_the_external_host():
         assert image.inputs["imageName"].startswith(f"{ECR}/cloudstation/")
         assert image.inputs["registry"]["value"]["server"] == ECR
     assert "registryPassword" not in rendered.outputs
+
+
+@pytest.mark.parametrize("delete_enabled", [reg.registry_settings()["storage"]["delete"]["enabled"], True])
+def test_the_registry_refuses_deletes(delete_enabled, tmp_path):
+    """The managed registry's own storage setting, on a real distribution registry: a DELETE of a
+    manifest by digest is refused (405), so the push-capable credential every entity namespace
+    holds cannot remove an image a stack runs. The second case (deletion on) shows the check bites."""
+    from tests.registry_server import RegistryServer, build_oci_image
+
+    with RegistryServer(tmp_path / "registry", delete_enabled=delete_enabled) as server:
+        digest = server.push(build_oci_image(tmp_path / "layout", "v1", b"entity"), "shop/cart", "v1")
+        response = server.session.delete(f"{server.url}/v2/shop/cart/manifests/{digest}", auth=server.auth, timeout=5)
+        if delete_enabled:
+            assert response.status_code == 202 and server.digest_of("shop/cart", digest) is None
+        else:
+            assert response.status_code == 405, response.text
+            assert server.digest_of("shop/cart", digest) == digest
+    assert reg.registry_settings()["storage"]["delete"] == {"enabled": False}

@@ -41,7 +41,7 @@ def stores(rendered) -> list[dict]:
 
 def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentials(rendered):
     config = load(StackFile.read(rendered.stack).values)
-    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {config.platform.namespace, f"shop-{rendered.stack}"}
+    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {f"{config.platform.namespace}-state", f"shop-{rendered.stack}"}
     size = config.platform.stores.postgres.storage.size
     for store in stores(rendered):
         name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
@@ -94,13 +94,14 @@ def test_variant_stacks_validate_and_meet_the_standard():
 
 def test_external_postgres_copies_the_named_secret_and_creates_the_database():
     rendered = variant("non-owner")
+    state = rendered.outputs["projectStateNamespace"]
     assert not [s for s in objects(rendered, "StatefulSet") if s["metadata"]["name"] == "project-state-postgres"]
-    assert secret_keys(rendered, "project-state-postgres-credentials", "cloudstation") == {"username", "password", "database"}
+    assert secret_keys(rendered, "project-state-postgres-credentials", state) == {"username", "password", "database"}
     [copy] = [r for r in rendered.of_type("kubernetes:core/v1:Secret") if r.name == "project-state-postgres-credentials"]
     assert base64.b64decode(copy.inputs["data"]["value"]["database"]).decode() == "platform_test"
-    store = find(rendered, "StatefulStore", "project-state-postgres", "cloudstation")
+    store = find(rendered, "StatefulStore", "project-state-postgres", state)
     assert store["spec"]["config"]["service"] == "pg.example.internal" and store["spec"]["config"]["port"] == 6432
-    job = find(rendered, "Job", "project-state-postgres-databases", "cloudstation")
+    job = find(rendered, "Job", "project-state-postgres-databases", state)
     script = pod_spec(job)["containers"][0]["args"][0]
     assert "pg.example.internal -p 6432" in script and "CREATE DATABASE platform_test" in script
 
