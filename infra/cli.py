@@ -2,6 +2,7 @@
 
     render --stack STACK --out DIR    write what STACK would deploy (no CLI, cluster or Docker)
     port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
+    preflight --stack STACK           check tools, cluster and Docker before deploying (scripts/up.sh)
     promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
     rollback --stack prod             undo the latest promotion (docs/promotion.md)
     config-reference [--check]        write docs/config-reference.md from the config models
@@ -60,6 +61,26 @@ def _port_forwards(args: argparse.Namespace) -> int:
 
 
 def _report(result, verb: str, done: str) -> None:
+def _preflight(args: argparse.Namespace) -> int:
+    from infra import preflight
+
+    if args.context_only:
+        context, why = preflight.context_only(args.stack, Path(args.root))
+        if context is None:
+            print(f"error: no kube context: set cloudstation:kubernetes.context or a current context ({why})",
+                  file=sys.stderr)
+            return 1
+        print(context)
+        return 0
+    report = preflight.check(args.stack, Path(args.root))
+    if report.notes or report.problems:
+        print(report.text(), file=sys.stderr)
+    if report.problems:
+        return 1
+    print(report.context or "")
+    return 0
+
+
     if not result.changes:
         print(f"{result.stack_file.name} already has these references; nothing to {verb}")
         return
@@ -141,6 +162,14 @@ def parser() -> argparse.ArgumentParser:
     project_dir = str(Path(__file__).resolve().parent.parent)
     promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")
     promote.add_argument("--from", dest="source", required=True, help="stack whose deployed `images` output is read")
+    checks = commands.add_parser(
+        "preflight", help="check the tools, cluster and Docker engine STACK's deployment needs; print its kube context"
+    )
+    checks.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    checks.add_argument("--context-only", action="store_true", help="only print the stack's kube context")
+    checks.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
+    checks.set_defaults(run=_preflight)
+
     promote.add_argument("--to", dest="target", required=True, help="stack whose Pulumi.<stack>.yaml is edited")
     promote.add_argument("--project", action="append", default=[], help="promote only this project (repeatable)")
     promote.add_argument("--entity", action="append", default=[], help="promote only PROJECT/ENTITY (repeatable)")
@@ -187,11 +216,15 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.run(args)
+        # The backend and passphrase scripts/up.sh used, for every command (infra/local_backend.py).
+        with local_backend.applied(Path(getattr(args, "root", None) or local_backend.ROOT)):
+            return args.run(args)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except FileNotFoundError as error:
+    from infra import local_backend
+
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:

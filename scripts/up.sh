@@ -1,31 +1,44 @@
 #!/usr/bin/env bash
-# Set everything up and deploy the test stack (`pulumi up`) to the current kube context, with a
-# local state backend (no Pulumi Cloud account). Needs: Python 3.11+, the Pulumi CLI on PATH, a
-# kubeconfig whose current context is the target cluster, and a Docker engine for the image builds.
+# Set everything up and deploy a stack (`pulumi up`; STACK defaults to test) with a local state
+# backend (no Pulumi Cloud account). Before any slow work it checks, all at once, everything the
+# deployment needs (`python -m infra preflight`, infra/preflight.py): the stack file, the Pulumi
+# CLI, kubectl, the cluster of the stack's kube context (reachable, Kubernetes 1.33 to 1.37,
+# kube-proxy mode) and, when the stack builds entity images, the Docker engine; each problem is
+# printed with its fix and nothing is deployed.
 #
-#   bash scripts/up.sh [STACK] [extra pulumi up flags]      (STACK defaults to test)
+# The kube context is `cloudstation:kubernetes.context` of Pulumi.<STACK>.yaml, else kubectl's
+# current context, resolved once: every kubectl call below passes it, so the port-forwards reach
+# the cluster `pulumi up` deploys to.
+#
+#   bash scripts/up.sh [STACK] [extra pulumi up flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${1:-test}"; shift || true
 
-for tool in pulumi kubectl; do
-  command -v "$tool" >/dev/null || { echo "error: $tool is not on PATH (see README.md, Quickstart)" >&2; exit 1; }
-done
-kubectl config current-context >/dev/null || { echo "error: no current kube context" >&2; exit 1; }
+if ! command -v python3 >/dev/null || ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "error: python3 must be Python 3.11 or newer (https://www.python.org/downloads/)" >&2
+  exit 1
+fi
 
-python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+# The program's virtualenv (Pulumi.yaml `virtualenv`); requirements.txt is installed again only
+# when it changed since the last install (after a `git pull`, for instance).
+[ -x .venv/bin/python ] || python3 -m venv .venv
+wanted="$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' requirements.txt)"
+if [ "$(cat .venv/.requirements.sha256 2>/dev/null || true)" != "$wanted" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$wanted" > .venv/.requirements.sha256
+fi
 
-# Validate the stack file before touching the cluster (same checks as the program).
+# Every check, every problem listed together with its fix; prints the kube context.
+context="$(.venv/bin/python -m infra preflight --stack "$stack")" || exit 1
+kubectl=(kubectl --context "$context")
+
+# The whole program under mocks: a program error stops here, before the cluster is touched.
 .venv/bin/python -m infra render --stack "$stack" --out ".cloudstation/rendered/$stack" >/dev/null
 
-# Local state backend and a generated passphrase for the stack's secrets, kept out of git.
-mkdir -p .pulumi-state
-export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$PWD/.pulumi-state}"
-if [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
-  [ -f .pulumi-state/passphrase ] || (umask 077; .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))' > .pulumi-state/passphrase)
-  export PULUMI_CONFIG_PASSPHRASE_FILE="$PWD/.pulumi-state/passphrase"
-fi
+# Local state backend `.pulumi-state/` and a generated passphrase for the stack's secrets, unless
+# PULUMI_BACKEND_URL is set: the rule `python -m infra ...` and scripts/env.sh also follow.
+eval "$(.venv/bin/python -m infra.local_backend --create)"
 pulumi stack select --create "$stack" --non-interactive
 
 # `pulumi up` pushes entity images to the in-cluster registry and manages Armada queues through
@@ -33,11 +46,14 @@ pulumi stack select --create "$stack" --non-interactive
 # On a first deployment those services appear during this very run, so each forward retries until
 # its service answers; all of them stop when this script exits.
 forwards=()
-trap 'for pid in "${forwards[@]}"; do pkill -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done; true' EXIT
-while read -r namespace service ports; do
-  [ -n "$namespace" ] || continue
-  ( until kubectl -n "$namespace" port-forward "svc/$service" "$ports" >/dev/null 2>&1; do sleep 2; done ) &
-  forwards+=("$!")
-done < <(.venv/bin/python -m infra port-forwards --stack "$stack")
+# (`|| true`: under `set -e` a forward that already ended would turn a successful run into exit 1.)
+trap 'for pid in ${forwards[@]+"${forwards[@]}"}; do pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done' EXIT
+if [ -n "$context" ]; then   # empty with kubernetes.renderYamlToDirectory: no cluster
+  while read -r namespace service ports; do
+    [ -n "$namespace" ] || continue
+    ( until "${kubectl[@]}" -n "$namespace" port-forward "svc/$service" "$ports" >/dev/null 2>&1; do sleep 2; done ) &
+    forwards+=("$!")
+  done < <(.venv/bin/python -m infra port-forwards --stack "$stack")
+fi
 
 pulumi up --stack "$stack" --yes --non-interactive "$@"
