@@ -60,7 +60,6 @@ def _port_forwards(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(result, verb: str, done: str) -> None:
 def _preflight(args: argparse.Namespace) -> int:
     from infra import preflight
 
@@ -81,6 +80,7 @@ def _preflight(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(result, verb: str, done: str) -> None:
     if not result.changes:
         print(f"{result.stack_file.name} already has these references; nothing to {verb}")
         return
@@ -160,8 +160,6 @@ def parser() -> argparse.ArgumentParser:
     forwards.set_defaults(run=_port_forwards)
 
     project_dir = str(Path(__file__).resolve().parent.parent)
-    promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")
-    promote.add_argument("--from", dest="source", required=True, help="stack whose deployed `images` output is read")
     checks = commands.add_parser(
         "preflight", help="check the tools, cluster and Docker engine STACK's deployment needs; print its kube context"
     )
@@ -170,6 +168,8 @@ def parser() -> argparse.ArgumentParser:
     checks.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     checks.set_defaults(run=_preflight)
 
+    promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")
+    promote.add_argument("--from", dest="source", required=True, help="stack whose deployed `images` output is read")
     promote.add_argument("--to", dest="target", required=True, help="stack whose Pulumi.<stack>.yaml is edited")
     promote.add_argument("--project", action="append", default=[], help="promote only this project (repeatable)")
     promote.add_argument("--entity", action="append", default=[], help="promote only PROJECT/ENTITY (repeatable)")
@@ -215,6 +215,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from infra import local_backend
+
     try:
         # The backend and passphrase scripts/up.sh used, for every command (infra/local_backend.py).
         with local_backend.applied(Path(getattr(args, "root", None) or local_backend.ROOT)):
@@ -223,8 +225,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except FileNotFoundError as error:
-    from infra import local_backend
-
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
