@@ -1,6 +1,6 @@
-"""Benchmark: promote 1, 10 and 200 images against a local registry, beside `skopeo copy`.
+"""Benchmark: promote 1, 10 and 100 images against a local registry, beside `skopeo copy`.
 
-    .venv/bin/python bench/promote.py [--sizes 1,10,200] [--layer-kib 256]
+    .venv/bin/python bench/promote.py [--sizes 1,10,100] [--layer-kib 256] [--parallel 8] [--repeat 3]
 
 Starts Debian's docker-registry (auth on) in a temp dir, pushes N distinct images (one repository
 each, a random layer of --layer-kib) with skopeo, then for each size:
@@ -10,84 +10,34 @@ each, a random layer of --layer-kib) with skopeo, then for each size:
 - skopeo:  `skopeo copy docker://<repo>@<digest> docker://<repo>:skopeo-prod` per image, the
   same registry (one tag per image, so it does less than promote).
 
-Time is measured straight against the registry; requests and bytes (request and response bodies)
-in a second run through a counting proxy, the same way for both. Needs docker-registry and skopeo
-(scripts/test.sh installs them).
+Time is measured straight against the registry (the median of --repeat runs, the methods taking
+turns); requests and bytes (request and response bodies) in one more run through a counting proxy (tests/registry_server.py), the same way for both. It
+prints, per size, each method's cost per image and promote's speed-up over skopeo, and checks that
+promote made exactly one GET and one PUT per tag written per image (plus one 401 challenge per
+run). Needs docker-registry and skopeo (scripts/test.sh installs them).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-
-import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from infra import promote, registry_api  # noqa: E402
-from registry_server import PASSWORD, USERNAME, RegistryServer, build_oci_image  # noqa: E402
+from registry_server import PASSWORD, USERNAME, CountingProxy, RegistryServer, build_oci_image  # noqa: E402
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "upgrade"}
-
-
-class Counter:
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.requests = self.bytes = 0
-
-    def reset(self) -> tuple[int, int]:
-        with self.lock:
-            counts = (self.requests, self.bytes)
-            self.requests = self.bytes = 0
-            return counts
-
-
-def start_proxy(upstream: str, counter: Counter) -> ThreadingHTTPServer:
-    """A forwarding proxy that counts every request and the body bytes in both directions."""
-    session = requests.Session()
-
-    class Forward(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _forward(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            # skopeo sends several Accept headers: keep them all (as one comma-separated list).
-            headers = {k: ", ".join(self.headers.get_all(k)) for k in set(self.headers) if k.lower() not in HOP_BY_HOP}
-            answer = session.request(
-                self.command, upstream + self.path, headers=headers, data=body or None,
-                allow_redirects=False, stream=False, timeout=60,
-            )
-            content = answer.content if self.command != "HEAD" else b""
-            with counter.lock:
-                counter.requests += 1
-                counter.bytes += len(body) + len(content)
-            self.send_response(answer.status_code)
-            for name, value in answer.headers.items():
-                if name.lower() not in HOP_BY_HOP:
-                    self.send_header(name, value)
-            self.send_header("Content-Length", answer.headers.get("Content-Length", str(len(content)))
-                             if self.command == "HEAD" else str(len(content)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(content)
-
-        do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _forward
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+NODE_HOST = "localhost:32000"
+"""The registry as the generated prod file's references name it (the default managed registry's
+NodePort); CLOUDSTATION_REGISTRY_ADDRESSES maps it to the registry or to the counting proxy."""
 
 
 def prod_file(entities: list[tuple[str, str]]) -> str:
@@ -98,7 +48,7 @@ def prod_file(entities: list[tuple[str, str]]) -> str:
         "  cloudstation:environment: prod",
         "  cloudstation:platform:",
         "    projectState:",
-        "      image: localhost:5000/cloudstation/project-state@sha256:" + "0" * 64,
+        f"      image: {NODE_HOST}/platform/project-state@sha256:" + "0" * 64,
         "  cloudstation:projects:",
         "    - name: bench",
         "      entities:",
@@ -116,61 +66,86 @@ def prod_file(entities: list[tuple[str, str]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1,10,200")
+    parser.add_argument("--sizes", default="1,10,100")
     parser.add_argument("--layer-kib", type=int, default=256)
+    parser.add_argument("--parallel", type=int, default=promote.PARALLEL)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per method and size (median kept)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-promote-"))
-    counter = Counter()
-    with RegistryServer(work / "registry") as registry:
-        proxy = start_proxy(registry.url, counter)
-        host = f"127.0.0.1:{proxy.server_address[1]}"
+    with RegistryServer(work / "registry") as registry, CountingProxy(registry.url) as proxy:
         count = max(sizes)
         started = time.monotonic()
         images = [build_oci_image(work / "oci", f"e{i}", os.urandom(args.layer_kib * 1024)) for i in range(count)]
         with ThreadPoolExecutor(8) as pool:
             digests = list(pool.map(lambda i: registry.push(images[i], f"bench/e{i}", "test"), range(count)))
         print(f"setup: {count} images of one {args.layer_kib} KiB layer pushed in {time.monotonic() - started:.1f} s "
-              f"(docker-registry {registry.host}, counting proxy {host})\n")
+              f"(docker-registry {registry.host}, counting proxy {proxy.host}); promote: {args.parallel} at once\n")
 
         os.environ[registry_api.USERNAME_ENV], os.environ[registry_api.PASSWORD_ENV] = USERNAME, PASSWORD
+        os.environ[registry_api.HOST_ENV] = NODE_HOST
         header = (f"{'images':>6}  {'method':<8} {'total s':>8} {'ms/image':>9} {'requests/image':>15} "
-                  f"{'bytes/image':>12}")
+                  f"{'bytes/image':>12} {'speed-up':>9}")
         print(header)
         print("-" * len(header))
+        speedups = {}
         for size in sizes:
-            for method in (run_promote, run_skopeo):
-                # Timed straight against the registry; requests and bytes counted in a second run
-                # through the proxy (which adds its own latency).
-                elapsed = method(work, registry.host, digests, size, "direct")
-                counter.reset()
-                method(work, host, digests, size, "proxied")
-                requests_seen, bytes_seen = counter.reset()
+            # Timed straight against the registry, `--repeat` times with the two methods taking
+            # turns (other load on the machine then hits both alike), the median kept.
+            timings: dict = {run_promote: [], run_skopeo: []}
+            for repeat in range(args.repeat):
+                for method in timings:
+                    timings[method].append(method(work, registry.host, digests, size, f"direct{repeat}", args.parallel))
+            costs = {}
+            for method, elapsed_runs in timings.items():
+                elapsed = statistics.median(elapsed_runs)
+                # Requests and bytes counted in one more run through the proxy (which adds its own latency).
+                proxy.reset()
+                method(work, proxy.host, digests, size, "proxied", args.parallel)
+                seen, bytes_seen = proxy.reset()
+                if method is run_promote:
+                    check_promote_requests(seen, size)
+                costs[method] = elapsed / size
+                ratio = f"{costs[run_skopeo] / costs[run_promote]:>8.1f}x" if method is run_skopeo else ""
                 print(f"{size:>6}  {method.__name__[4:]:<8} {elapsed:>8.2f} {1000 * elapsed / size:>9.1f} "
-                      f"{requests_seen / size:>15.1f} {bytes_seen / size:>12.0f}")
-        proxy.shutdown()
+                      f"{len(seen) / size:>15.2f} {bytes_seen / size:>12.0f} {ratio:>9}")
+            speedups[size] = costs[run_skopeo] / costs[run_promote]
     print(f"\nlayer: {args.layer_kib * 1024} bytes per image. promote = verify + tags prod and prod-<time> + "
-          f"file edit and history; skopeo = one tag.")
+          f"file edit and history; skopeo = one tag. requests/image for promote: one GET and one PUT per tag "
+          f"(checked), plus one 401 challenge per run.")
+    print("speed-up of promote over skopeo: " + ", ".join(f"{n} images {r:.1f}x" for n, r in speedups.items()))
     shutil.rmtree(work)
     return 0
 
 
-def run_promote(work: Path, host: str, digests: list[str], size: int, run: str) -> float:
+def check_promote_requests(seen, size: int) -> None:
+    """Exactly one 401 challenge, and per image one GET of the manifest by digest and one PUT per tag."""
+    challenges = [s for s in seen if s.status == 401]
+    gets = [s for s in seen if s.method == "GET" and s.status == 200]
+    puts = [s for s in seen if s.method == "PUT" and s.status == 201]
+    assert len(challenges) == 1 and len(gets) == size and len(puts) == 2 * size and len(seen) == 1 + 3 * size, (
+        f"{len(seen)} requests for {size} images: {len(challenges)} challenges, {len(gets)} GETs, {len(puts)} PUTs"
+    )
+    assert len({s.path for s in gets}) == size and len({s.path for s in puts}) == 2 * size
+
+
+def run_promote(work: Path, host: str, digests: list[str], size: int, run: str, parallel: int) -> float:
     """Promote `size` images into a fresh prod file; returns the elapsed seconds."""
     root = work / f"root-{size}-{run}"
     root.mkdir()
     (root / "Pulumi.prod.yaml").write_text(
-        prod_file([(f"e{i}", f"{host}/bench/e{i}@sha256:" + "0" * 64) for i in range(size)])
+        prod_file([(f"e{i}", f"{NODE_HOST}/bench/e{i}@sha256:" + "0" * 64) for i in range(size)])
     )
-    images = {f"bench/e{i}": f"{host}/bench/e{i}:test@{digests[i]}" for i in range(size)}
+    os.environ[registry_api.ADDRESSES_ENV] = f"{NODE_HOST}={host}"
+    images = {f"bench/e{i}": f"{NODE_HOST}/bench/e{i}:test@{digests[i]}" for i in range(size)}
     started = time.monotonic()
-    result = promote.promote(root=root, projects=["bench"], images=images)
+    result = promote.promote(root=root, projects=["bench"], images=images, parallel=parallel)
     elapsed = time.monotonic() - started
     assert len(result.changes) == size
     return elapsed
 
 
-def run_skopeo(work: Path, host: str, digests: list[str], size: int, run: str) -> float:
+def run_skopeo(work: Path, host: str, digests: list[str], size: int, run: str, parallel: int) -> float:
     """`skopeo copy` each image to a new tag in the same registry; returns the elapsed seconds."""
     started = time.monotonic()
     for i in range(size):

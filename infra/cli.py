@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from infra.config import ConfigError
+from infra.limits import DEFAULT_DEADLINE_SECONDS
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -101,7 +102,7 @@ def _promote(args: argparse.Namespace) -> int:
 
     result = promote.promote(
         args.source, args.target, root=Path(args.root), projects=args.project, entities=args.entity,
-        dry_run=args.dry_run, backend=args.backend,
+        dry_run=args.dry_run, backend=args.backend, timeout=args.timeout,
     )
     _report(result, "promote", "promoted")
     return 0
@@ -110,7 +111,8 @@ def _promote(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     from infra import promote
 
-    _report(promote.rollback(args.stack, root=Path(args.root), dry_run=args.dry_run), "roll back", "rolled back")
+    result = promote.rollback(args.stack, root=Path(args.root), dry_run=args.dry_run, timeout=args.timeout)
+    _report(result, "roll back", "rolled back")
     return 0
 
 
@@ -177,12 +179,16 @@ def parser() -> argparse.ArgumentParser:
     promote.add_argument(
         "--backend", help="state backend URL (file://DIR or s3://BUCKET?...); default PULUMI_BACKEND_URL"
     )
+    promote.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_SECONDS,
+                         help="give up after this many seconds of state, registry and API waits (default %(default)g)")
     promote.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     promote.set_defaults(run=_promote)
 
     rollback = commands.add_parser("rollback", help="restore the references the latest promotion replaced")
     rollback.add_argument("--stack", required=True, help="stack whose latest promotion is undone")
     rollback.add_argument("--dry-run", action="store_true", help="print the exact change; write and tag nothing")
+    rollback.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_SECONDS,
+                          help="give up after this many seconds of registry waits (default %(default)g)")
     rollback.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     rollback.set_defaults(run=_rollback)
 

@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
@@ -36,11 +36,9 @@ from components.network import KubernetesApi
 PROJECT = "cloudstation"
 """The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
 
-DIGEST_REF = re.compile(
-    r"^(?P<repository>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+)"
-    r"(:(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$"
-)
-"""An image reference pinned by digest: `host[:port]/path[:tag]@sha256:<64 hex>`."""
+# An image reference pinned by digest, matched whole and ASCII-only; one definition for the
+# config, promotion and the policy pack (infra/image_refs.py).
+from infra.image_refs import DIGEST_REF, is_digest_ref, stack_image_problems  # noqa: E402
 
 SECRET_KEYS: dict[str, str] = {}
 """`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
@@ -78,6 +76,17 @@ class Language(str, Enum):
     RUST = "rust"
 
 
+def _relative_source(value: str) -> str:
+    # The source is the image's build context: a directory inside the repository, never `..`,
+    # an absolute path or the repository itself (which holds the stack files).
+    parts = value.replace("\\", "/").split("/")
+    if not value.strip() or value.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", value) or ".." in parts \
+            or all(part in ("", ".") for part in parts):
+        raise problem("must be a directory inside the repository, relative to the directory of Pulumi.yaml "
+                      "(no absolute path, no `..`), e.g. entities/shop/cart")
+    return value
+
+
 class EntityConfig(ConfigModel):
     """One CloudState entity: built into one image and deployed as one StatefulService."""
 
@@ -87,7 +96,7 @@ class EntityConfig(ConfigModel):
     """`event-sourced` (needs the project's store), `replicated` (CRDT) or `action` (stateless)."""
     language: Language
     """The CloudState SDK language of its source."""
-    source: str
+    source: Annotated[str, AfterValidator(_relative_source)]
     """Directory of the entity's source, relative to the directory of Pulumi.yaml (the program
     passes it to pulumi-docker relative to its own directory, infra/)."""
     image: Optional[str] = None
@@ -99,7 +108,7 @@ class EntityConfig(ConfigModel):
     @field_validator("image")
     @classmethod
     def _digest_pinned(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not DIGEST_REF.match(value):
+        if value is not None and not is_digest_ref(value):
             raise problem("must be pinned by digest: <registry>/<repository>[:tag]@sha256:<64 hex digits>")
         return value
 
@@ -114,6 +123,12 @@ class EntityConfig(ConfigModel):
                 value=None,
             )
         root = context.get("root")
+        if root is not None and not (Path(root) / self.source).resolve().is_relative_to(Path(root).resolve()):
+            # A symlink inside the repository that points out of it: the build context would be outside.
+            raise problem(
+                f"resolves to {(Path(root) / self.source).resolve()}, outside the repository ({root}); "
+                "the source must be a directory inside it", subpath=".source", value=self.source,
+            )
         if context.get("environment") == Environment.TEST and self.image is None and root is not None:
             if not (Path(root) / self.source).is_dir():
                 raise problem(
@@ -151,7 +166,7 @@ class ProjectStateConfig(EntityConfig):
     name: ShortDnsLabel = "project-state"
     kind: EntityKind = EntityKind.EVENT_SOURCED
     language: Language = Language.JAVASCRIPT
-    source: str = "entities/project-state"
+    source: Annotated[str, AfterValidator(_relative_source)] = "entities/project-state"
 
 
 class KubernetesConfig(ConfigModel):
@@ -372,6 +387,7 @@ def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "sta
         context["environment"] = Environment(environment)
     try:
         config = StackConfig.model_validate(data, context=context)
+        problems.extend(stack_image_problems(config))  # images only from this stack's registry, per entity
         if root is not None and not problems:
             # Every entity namespace of the stacks sharing this cluster is watched by its operator.
             from infra import cluster_sharing

@@ -7,13 +7,27 @@ Two kinds of registry, one interface (`Registry`):
   404 and a Docker v2 manifest comes back converted to schema 1 with another digest), and a tag
   is added by PUTting the exact bytes with the exact Content-Type, so the digest cannot change.
   Auth: answers a 401 challenge with Basic credentials or a Bearer token from the challenge's realm.
+  One pool of kept-alive connections per registry (http.client: a third of the CPU per request of
+  requests.Session, which matters when the promoter shares cores with the registry), safe to use
+  from several threads: one challenge per registry (Basic) or per repository (Bearer), then one
+  request per manifest read or tag. HTTPS goes through HTTPS_PROXY (CONNECT) unless NO_PROXY
+  says otherwise; REQUESTS_CA_BUNDLE or SSL_CERT_FILE name extra CAs.
 - `EcrRegistry`: Amazon ECR through its own API (`batch_get_image` / `put_image`), with the
   manifest string passed through unchanged.
 
-Credentials come from CLOUDSTATION_REGISTRY_USERNAME / CLOUDSTATION_REGISTRY_PASSWORD or the
-docker config (`auths` in $DOCKER_CONFIG/config.json or ~/.docker/config.json); they are never
-printed. Loopback registries, and hosts listed in CLOUDSTATION_INSECURE_REGISTRIES (comma
-separated), are spoken to over plain HTTP; everything else over HTTPS.
+Credentials go only to the registry they are for:
+- CLOUDSTATION_REGISTRY_USERNAME / CLOUDSTATION_REGISTRY_PASSWORD are used only for the one host
+  named in CLOUDSTATION_REGISTRY_HOST (the reference's host or its mapped address); otherwise the
+  docker config's `auths` entry for the host ($DOCKER_CONFIG/config.json or ~/.docker/config.json).
+- A Bearer realm gets them only over https, on loopback, or at the registry's own address.
+- Authorization is sent only to the registry's own origin: a redirect elsewhere is followed
+  without it, and a redirect target that then asks for credentials is refused. Credentials are
+  never printed.
+Loopback registries, and hosts listed in CLOUDSTATION_INSECURE_REGISTRIES (comma separated), are
+spoken to over plain HTTP; everything else over HTTPS.
+
+Every answer is read against a size cap (4 MiB for a manifest) and the run's deadline
+(infra/limits.py).
 
 A reference names the registry as the cluster's nodes see it (e.g. `localhost:32000`, the built-in
 registry's NodePort). Where that address means something else to the promoter, map it:
@@ -24,16 +38,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
+import ipaddress
 import json
 import os
 import re
+import ssl
+import threading
+import urllib.request
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import Mapping, Optional, Protocol
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
-import requests
-
-from infra.config import DIGEST_REF
+from infra.image_refs import DIGEST_REF_FORM, split
+from infra.limits import MAX_MANIFEST_BYTES, MAX_SMALL_ANSWER_BYTES, Deadline, DeadlineExceeded
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -45,15 +65,30 @@ ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
 
 USERNAME_ENV = "CLOUDSTATION_REGISTRY_USERNAME"
 PASSWORD_ENV = "CLOUDSTATION_REGISTRY_PASSWORD"
+HOST_ENV = "CLOUDSTATION_REGISTRY_HOST"
 INSECURE_ENV = "CLOUDSTATION_INSECURE_REGISTRIES"
 ADDRESSES_ENV = "CLOUDSTATION_REGISTRY_ADDRESSES"
 
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+REDIRECTS = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 5
+USER_AGENT = "cloudstation-promote"
 
 
 class RegistryError(Exception):
     """The registry refused or answered something unexpected; str() says which image and why."""
+
+
+def is_loopback(hostname: Optional[str]) -> bool:
+    if not hostname:
+        return False
+    if hostname.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -67,11 +102,10 @@ class ImageRef:
 
     @classmethod
     def parse(cls, ref: str) -> "ImageRef":
-        match = DIGEST_REF.match(ref)
-        if not match:
-            raise ValueError(f"{ref!r} is not pinned by digest: <registry>/<repository>[:tag]@sha256:<64 hex digits>")
-        registry, _, repository = match["repository"].partition("/")
-        return cls(registry, repository, match["tag"], match["digest"])
+        parts = split(ref)
+        if parts is None:
+            raise ValueError(f"{ref!r} is not pinned by digest: {DIGEST_REF_FORM}")
+        return cls(*parts)
 
     def __str__(self) -> str:
         tag = f":{self.tag}" if self.tag else ""
@@ -94,11 +128,19 @@ class Stats:
     requests: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, sent: int, received: int) -> None:
+        with self.lock:
+            self.requests += 1
+            self.bytes_sent += sent
+            self.bytes_received += received
 
     def add(self, other: "Stats") -> None:
-        self.requests += other.requests
-        self.bytes_sent += other.bytes_sent
-        self.bytes_received += other.bytes_received
+        with self.lock:
+            self.requests += other.requests
+            self.bytes_sent += other.bytes_sent
+            self.bytes_received += other.bytes_received
 
 
 @dataclass(frozen=True)
@@ -111,17 +153,27 @@ class Credentials:
 
 
 def credentials_for(host: str, env: Mapping[str, str] = os.environ) -> Optional[Credentials]:
-    """Registry credentials from the environment, else from the docker config's `auths`."""
+    """Credentials for `host`: the environment's, if they name this host, else the docker config's."""
     if env.get(USERNAME_ENV) and env.get(PASSWORD_ENV):
-        return Credentials(env[USERNAME_ENV], env[PASSWORD_ENV])
+        scoped = env.get(HOST_ENV, "").strip()
+        if not scoped:
+            raise RegistryError(
+                f"{USERNAME_ENV} and {PASSWORD_ENV} are set but {HOST_ENV} is not: set it to the one registry "
+                f"host they are for (e.g. localhost:32000); they are sent to no other host"
+            )
+        if scoped == host:
+            return Credentials(env[USERNAME_ENV], env[PASSWORD_ENV])
     config_dir = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path.home() / ".docker"
     try:
         auths = json.loads((config_dir / "config.json").read_text()).get("auths") or {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return None
     for key, entry in auths.items():
-        if re.sub(r"^https?://", "", key).split("/")[0] == host and entry.get("auth"):
-            username, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+        if re.sub(r"^https?://", "", key).split("/")[0] == host and isinstance(entry, dict) and entry.get("auth"):
+            try:
+                username, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except ValueError:
+                raise RegistryError(f"the docker config's auths entry for {host} is not base64 user:password") from None
             return Credentials(username, password)
     return None
 
@@ -143,6 +195,78 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A response read completely (within its size cap)."""
+
+    status_code: int
+    headers: Message
+    content: bytes
+    url: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.BadStatusLine)
+"""What a kept-alive connection the server has closed meanwhile raises: retried once on a new one."""
+
+
+class _Connections:
+    """Kept-alive connections per origin, each used by one thread at a time."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
+        self.lock = threading.Lock()
+        self.cafile = env.get("REQUESTS_CA_BUNDLE") or None
+        self._context: Optional[ssl.SSLContext] = None
+        self.proxies = urllib.request.getproxies_environment()
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        # Made on first use: loading the CAs costs ~20 ms, and loopback registries never need them.
+        if self._context is None:
+            self._context = ssl.create_default_context(cafile=self.cafile)
+        return self._context
+
+    def take(self, origin: tuple, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection to `origin` and whether it was used before."""
+        with self.lock:
+            idle = self.idle.get(origin)
+            connection = idle.pop() if idle else None
+        if connection is not None:
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
+            return connection, True
+        scheme, host, port = origin
+        if scheme != "https":
+            return http.client.HTTPConnection(host, port, timeout=timeout), False
+        proxy = self.proxies.get("https")
+        if proxy and not urllib.request.proxy_bypass_environment(host, self.proxies):
+            parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            connection = http.client.HTTPSConnection(
+                parts.hostname, parts.port or 80, timeout=timeout, context=self.context
+            )
+            headers = {}
+            if parts.username:
+                login = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+                headers["Proxy-Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+            connection.set_tunnel(host, port, headers=headers)  # Authorization travels inside the tunnel's TLS
+            return connection, False
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=self.context), False
+
+    def give_back(self, origin: tuple, connection: http.client.HTTPConnection) -> None:
+        with self.lock:
+            self.idle.setdefault(origin, []).append(connection)
+
+
 class DistributionRegistry:
     """A registry speaking the Registry HTTP API v2."""
 
@@ -155,108 +279,238 @@ class DistributionRegistry:
         insecure: Optional[bool] = None,
         timeout: float = 30,
         env: Mapping[str, str] = os.environ,
+        deadline: Optional[Deadline] = None,
     ):
         self.host = host
         self.credentials = credentials
         address = address or host
         if insecure is None:
             listed = {h.strip() for h in env.get(INSECURE_ENV, "").split(",") if h.strip()}
-            insecure = address.rsplit(":", 1)[0] in LOOPBACK or bool({host, address} & listed)
+            insecure = is_loopback(urlsplit(f"//{address}").hostname) or bool({host, address} & listed)
         self.base = f"{'http' if insecure else 'https'}://{address}"
+        self.origin = _origin(self.base)
         self.timeout = timeout
+        self.deadline = deadline or Deadline(None)
         self.stats = Stats()
-        self.session = requests.Session()
-        self._authorization: dict[str, str] = {}  # repository -> Authorization header value
+        self.connections = _Connections(env)
+        self._scheme: Optional[str] = None  # None (not known yet), "anonymous", "basic" or "bearer"
+        self._tokens: dict[str, str] = {}  # repository -> Authorization for Bearer registries
+        self._lock = threading.Lock()
+        self._repository_locks: dict[str, threading.Lock] = {}
 
-    def _send(self, method: str, repository: str, path: str, headers: dict, body: bytes = b"") -> requests.Response:
-        headers = dict(headers)
-        if repository in self._authorization or "*" in self._authorization:
-            headers["Authorization"] = self._authorization.get(repository) or self._authorization["*"]
-        response = self._raw(method, f"{self.base}{path}", headers, body)
-        if response.status_code == 401:
-            self._authenticate(repository, response.headers.get("WWW-Authenticate", ""))
-            headers["Authorization"] = self._authorization.get(repository) or self._authorization["*"]
-            response = self._raw(method, f"{self.base}{path}", headers, body)
-            if response.status_code == 401:
-                raise RegistryError(f"{self.host}: the registry rejected the credentials for {repository}")
-        return response
+    # --- authorization ------------------------------------------------------------------------
 
-    def _raw(self, method: str, url: str, headers: dict, body: bytes = b"", **extra) -> requests.Response:
-        try:
-            response = self.session.request(
-                method, url, headers=headers, data=body or None, timeout=self.timeout, **extra
-            )
-        except requests.RequestException as error:
-            raise RegistryError(f"{self.host}: cannot reach the registry ({type(error).__name__})") from None
-        self.stats.requests += 1
-        self.stats.bytes_sent += len(body)
-        self.stats.bytes_received += len(response.content)
-        return response
+    def _known(self, repository: str) -> Optional[str]:
+        """The Authorization value for `repository` ("" for none needed), or None if not known yet."""
+        if self._scheme == "basic":
+            return self.credentials.basic()
+        if self._scheme == "anonymous":
+            return ""
+        if self._scheme == "bearer":
+            return self._tokens.get(repository)
+        return None
 
-    def _authenticate(self, repository: str, header: str) -> None:
-        scheme, params = _challenge(header)
+    def _lock_for(self, repository: str) -> threading.Lock:
+        # Until the scheme is known, one request per registry goes first (one challenge, not one
+        # per thread); a Bearer registry then needs one token per repository.
+        if self._scheme != "bearer":
+            return self._lock
+        with self._lock:
+            return self._repository_locks.setdefault(repository, threading.Lock())
+
+    def _send(self, method: str, repository: str, path: str, headers: dict, body: bytes, limit: int) -> Answer:
+        url = f"{self.base}{path}"
+        authorization = self._known(repository)
+        if authorization is None:
+            with self._lock_for(repository):
+                authorization = self._known(repository)
+                if authorization is None:
+                    answer = self._http(method, url, headers, body, limit)
+                    if answer.status_code != 401:
+                        self._scheme = self._scheme or "anonymous"
+                        return answer
+                    self._authenticate(repository, answer)
+                    authorization = self._known(repository)
+        answer = self._http(method, url, _with(headers, authorization), body, limit)
+        if answer.status_code == 401 and not authorization:
+            # Anonymous reads, authenticated writes: answer this challenge once.
+            with self._lock_for(repository):
+                self._authenticate(repository, answer)
+                authorization = self._known(repository)
+            answer = self._http(method, url, _with(headers, authorization), body, limit)
+        if answer.status_code == 401:
+            raise RegistryError(f"{self.host}: the registry rejected the credentials for {repository}")
+        return answer
+
+    def _authenticate(self, repository: str, answer: Answer) -> None:
+        scheme, params = _challenge(answer.headers.get("WWW-Authenticate", ""))
         if self.credentials is None:
             raise RegistryError(
-                f"{self.host}: the registry requires authentication; set {USERNAME_ENV} and {PASSWORD_ENV} "
-                f"or log in with `docker login {self.host}`"
+                f"{self.host}: the registry requires authentication; set {USERNAME_ENV}, {PASSWORD_ENV} and "
+                f"{HOST_ENV}={self.host}, or log in with `docker login {self.host}`"
             )
         if scheme == "basic":
-            self._authorization["*"] = self.credentials.basic()
+            self._scheme = "basic"
         elif scheme == "bearer" and params.get("realm"):
-            query = {k: v for k, v in params.items() if k in ("service", "scope")}
-            login = (self.credentials.username, self.credentials.password)
-            response = self._raw("GET", params["realm"], {}, auth=login, params=query)
-            if response.status_code != 200:
-                raise RegistryError(
-                    f"{self.host}: the token service refused the credentials (HTTP {response.status_code})"
-                )
-            answer = response.json()
-            token = answer.get("token") or answer.get("access_token")
-            if not token:
-                raise RegistryError(f"{self.host}: the token service returned no token")
-            self._authorization[repository] = f"Bearer {token}"
+            self._tokens[repository] = f"Bearer {self._token(params)}"
+            self._scheme = "bearer"
         else:
             raise RegistryError(f"{self.host}: unsupported authentication challenge {scheme!r}")
 
+    def _token(self, params: dict[str, str]) -> str:
+        """A token from the challenge's realm, which gets the credentials only if it may."""
+        realm = urljoin(self.base, params["realm"])
+        scheme, hostname, _ = _origin(realm)
+        if not (scheme == "https" or (scheme == "http" and (is_loopback(hostname) or _origin(realm) == self.origin))):
+            raise RegistryError(
+                f"{self.host}: the token realm {realm.split('?')[0]} is not https; the credentials are sent "
+                f"over plain http only to loopback or to the registry itself"
+            )
+        query = "&".join(
+            f"{k}={quote(v, safe='')}" for k, v in params.items() if k in ("service", "scope")
+        )
+        url = realm + ("&" if "?" in realm else "?") + query if query else realm
+        answer = self._http("GET", url, {"Authorization": self.credentials.basic()}, b"", MAX_SMALL_ANSWER_BYTES,
+                            trusted=_origin(realm))
+        if answer.status_code != 200:
+            raise RegistryError(f"{self.host}: the token service refused the credentials (HTTP {answer.status_code})")
+        try:
+            document = json.loads(answer.content)
+        except ValueError:
+            raise RegistryError(f"{self.host}: the token service answered something that is not JSON") from None
+        token = (document.get("token") or document.get("access_token")) if isinstance(document, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"{self.host}: the token service returned no token")
+        return token
+
+    # --- one HTTP exchange, redirects handled here ------------------------------------------------
+
+    def _http(
+        self, method: str, url: str, headers: dict, body: bytes, limit: int, trusted: Optional[tuple] = None
+    ) -> Answer:
+        """One request, following redirects itself: Authorization goes only to the `trusted`
+        origin (the registry's own by default), never to a redirect target elsewhere."""
+        trusted = trusted or self.origin
+        for _ in range(MAX_REDIRECTS + 1):
+            here = _origin(url)
+            send = headers if here == trusted else {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            answer = self._exchange(method, url, send, body, limit)
+            if answer.status_code not in REDIRECTS or "Location" not in answer.headers:
+                if answer.status_code == 401 and here != trusted:
+                    raise RegistryError(
+                        f"{self.host}: redirected to {here[1]}:{here[2]}, which asks for credentials; they are "
+                        f"sent only to {trusted[1]}:{trusted[2]}"
+                    )
+                return answer
+            target = urljoin(url, answer.headers["Location"])
+            if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
+                raise RegistryError(f"{self.host}: refused a redirect from https to {target.split('?')[0]}")
+            if method != "GET" and answer.status_code not in (307, 308):
+                raise RegistryError(f"{self.host}: {method} answered a redirect (HTTP {answer.status_code})")
+            url = target
+        raise RegistryError(f"{self.host}: more than {MAX_REDIRECTS} redirects")
+
+    def _exchange(self, method: str, url: str, headers: dict, body: bytes, limit: int) -> Answer:
+        parts = urlsplit(url)
+        origin = _origin(url)
+        what = f"{self.host}: {method} {parts.path}"
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        try:
+            for attempt in (1, 2):
+                connection, reused = self.connections.take(origin, self.deadline.timeout(self.timeout, what))
+                try:
+                    connection.request(method, target, body=body or None, headers={"User-Agent": USER_AGENT, **headers})
+                    response = connection.getresponse()
+                except STALE:
+                    connection.close()
+                    if reused and attempt == 1:
+                        continue  # the server closed it while it was idle
+                    raise
+                break
+            try:
+                content = self._read(response, limit, what)
+            except BaseException:
+                connection.close()
+                raise
+            if response.will_close:
+                connection.close()
+            else:
+                self.connections.give_back(origin, connection)
+        except DeadlineExceeded as error:
+            raise RegistryError(str(error)) from None
+        except (OSError, http.client.HTTPException) as error:
+            raise RegistryError(f"{self.host}: cannot reach the registry ({type(error).__name__})") from None
+        self.stats.count(len(body), len(content))
+        return Answer(response.status, response.headers, content, url)
+
+    def _read(self, response: http.client.HTTPResponse, limit: int, what: str) -> bytes:
+        """The whole body in chunks, within `limit` bytes and the deadline (read1 returns after each
+        arrival, so a server dripping bytes is caught)."""
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise RegistryError(f"{what}: the answer has {declared} bytes, more than the {limit} bytes allowed")
+        chunks, size = [], 0
+        while True:
+            chunk = response.read1(64 << 10)
+            if not chunk:
+                response.read()  # b"": marks the response complete, so the connection can be reused
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                raise RegistryError(f"{what}: the answer is larger than the {limit} bytes allowed")
+            self.deadline.check(what)
+            chunks.append(chunk)
+
+    # --- the two operations -----------------------------------------------------------------------
+
     def manifest(self, ref: ImageRef) -> Optional[Manifest]:
         path = f"/v2/{ref.repository}/manifests/{ref.digest}"
-        response = self._send("GET", ref.repository, path, {"Accept": ACCEPT})
-        if response.status_code == 404:
+        answer = self._send("GET", ref.repository, path, {"Accept": ACCEPT}, b"", MAX_MANIFEST_BYTES)
+        if answer.status_code == 404:
             return None
-        if response.status_code != 200:
-            raise RegistryError(f"{ref}: GET manifest answered HTTP {response.status_code}: {response.text[:200]}")
-        body = response.content
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if answer.status_code != 200:
+            raise RegistryError(f"{ref}: GET manifest answered HTTP {answer.status_code}: {answer.text[:200]}")
+        digest = "sha256:" + hashlib.sha256(answer.content).hexdigest()
         if digest != ref.digest:
             raise RegistryError(f"{ref}: the registry returned a manifest whose digest is {digest}")
-        return Manifest(body, response.headers.get("Content-Type", "").split(";")[0], digest)
+        return Manifest(answer.content, answer.headers.get("Content-Type", "").split(";")[0], digest)
 
     def tag(self, ref: ImageRef, manifest: Manifest, tag: str) -> None:
         path = f"/v2/{ref.repository}/manifests/{tag}"
-        response = self._send("PUT", ref.repository, path, {"Content-Type": manifest.media_type}, manifest.body)
-        if response.status_code != 201:
-            raise RegistryError(f"{ref}: PUT tag {tag!r} answered HTTP {response.status_code}: {response.text[:200]}")
-        stored = response.headers.get("Docker-Content-Digest")
+        headers = {"Content-Type": manifest.media_type}
+        answer = self._send("PUT", ref.repository, path, headers, manifest.body, MAX_SMALL_ANSWER_BYTES)
+        if answer.status_code != 201:
+            raise RegistryError(f"{ref}: PUT tag {tag!r} answered HTTP {answer.status_code}: {answer.text[:200]}")
+        stored = answer.headers.get("Docker-Content-Digest")
         if stored and stored != manifest.digest:
             raise RegistryError(f"{ref}: tag {tag!r} was stored with digest {stored}, not {manifest.digest}")
+
+
+def _with(headers: dict, authorization: Optional[str]) -> dict:
+    return {**headers, "Authorization": authorization} if authorization else headers
 
 
 class EcrRegistry:
     """Amazon ECR through its API: the manifest string goes back exactly as it came."""
 
-    def __init__(self, host: str, client=None):
+    def __init__(self, host: str, client=None, *, deadline: Optional[Deadline] = None, timeout: float = 30):
         match = ECR_HOST.match(host)
         if not match:
             raise ValueError(f"{host!r} is not an ECR registry host")
-        import boto3  # only ECR users need it loaded
-
         self.host = host
         self.account = match["account"]
-        self.client = client or boto3.client("ecr", region_name=match["region"])
+        self.deadline = deadline or Deadline(None)
+        if client is None:
+            import boto3  # only ECR users need it loaded
+            from botocore.config import Config
+
+            limits = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 3})
+            client = boto3.client("ecr", region_name=match["region"], config=limits)
+        self.client = client
         self.stats = Stats()
 
     def manifest(self, ref: ImageRef) -> Optional[Manifest]:
-        self.stats.requests += 1
+        self._check(ref)
         try:
             answer = self.client.batch_get_image(
                 registryId=self.account,
@@ -265,18 +519,21 @@ class EcrRegistry:
                 acceptedMediaTypes=list(MANIFEST_MEDIA_TYPES),
             )
         except self.client.exceptions.RepositoryNotFoundException:
+            self.stats.count(0, 0)
             return None
         images = answer.get("images") or []
+        text = images[0]["imageManifest"] if images else ""
+        self.stats.count(0, len(text.encode()))
         if not images:
             return None
-        text = images[0]["imageManifest"]
-        self.stats.bytes_received += len(text.encode())
+        if len(text.encode()) > MAX_MANIFEST_BYTES:
+            raise RegistryError(f"{ref}: the manifest is larger than the {MAX_MANIFEST_BYTES} bytes allowed")
         media_type = images[0].get("imageManifestMediaType") or json.loads(text).get("mediaType", "")
         return Manifest(text.encode(), media_type, images[0]["imageId"]["imageDigest"])
 
     def tag(self, ref: ImageRef, manifest: Manifest, tag: str) -> None:
-        self.stats.requests += 1
-        self.stats.bytes_sent += len(manifest.body)
+        self._check(ref)
+        self.stats.count(len(manifest.body), 0)
         try:
             self.client.put_image(
                 registryId=self.account,
@@ -292,14 +549,20 @@ class EcrRegistry:
                 f"{ref}: tag {tag!r} already exists on another image and {ref.repository} has immutable tags"
             ) from None
 
+    def _check(self, ref: ImageRef) -> None:
+        try:
+            self.deadline.check(f"{ref}")
+        except DeadlineExceeded as error:
+            raise RegistryError(str(error)) from None
 
-def connect(host: str, env: Mapping[str, str] = os.environ) -> Registry:
+
+def connect(host: str, env: Mapping[str, str] = os.environ, deadline: Optional[Deadline] = None) -> Registry:
     """The right client for a registry host (as named in image references)."""
     if ECR_HOST.match(host):
-        return EcrRegistry(host)
+        return EcrRegistry(host, deadline=deadline)
     addresses = dict(
         item.strip().split("=", 1) for item in env.get(ADDRESSES_ENV, "").split(",") if "=" in item
     )
-    address = addresses.get(host, host)
+    address = addresses.get(host, host).strip()
     credentials = credentials_for(host, env) or credentials_for(address, env)
-    return DistributionRegistry(host, credentials, address=address, env=env)
+    return DistributionRegistry(host, credentials, address=address, env=env, deadline=deadline)

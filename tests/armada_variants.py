@@ -44,18 +44,24 @@ def write_stack_file(name: str, directory: Path) -> Path:
     for key, value in own_cluster_example().items():
         old = config.get(key)
         config[key] = {**old, **value} if isinstance(old, dict) else value
-    # Images are promoted from the stack's own registry (infra/image_refs.py): with the example's
-    # external registry, the same digests are under its host and path.
-    registry = config["cloudstation:platform"].get("registry") or {}
-    if registry.get("mode") == "external":
-        base = re.sub(r"^https?://", "", registry["url"]).rstrip("/")
-        platform_entity = config["cloudstation:platform"].get("projectState") or {}
-        for entity in [platform_entity] + [e for p in config["cloudstation:projects"] for e in p["entities"]]:
-            if "image" in entity:
-                entity["image"] = f"{base}/{entity['image'].split('/', 1)[1]}"
+    images_in_stack_registry(config)
     path = directory / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def images_in_stack_registry(config: dict) -> dict:
+    """Images are promoted from the stack's own registry (infra/image_refs.py): where an example
+    switches the stack file to an external registry, the file's (placeholder) digests move under
+    that registry's host and path, as promote would have written them. Changes `config` in place."""
+    registry = (config.get("cloudstation:platform") or {}).get("registry") or {}
+    if registry.get("mode") == "external":
+        base = re.sub(r"^https?://", "", registry["url"]).rstrip("/")
+        platform_entity = config["cloudstation:platform"].get("projectState") or {}
+        for entity in [platform_entity] + [e for p in config.get("cloudstation:projects") or [] for e in p["entities"]]:
+            if "image" in entity:
+                entity["image"] = f"{base}/{entity['image'].split('/', 1)[1]}"
+    return config
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,10 @@
 """A real registry for tests and the benchmark: Debian's docker-registry (CNCF distribution 2.8) on a
 free loopback port with htpasswd (bcrypt) auth, and small images built by hand as OCI layouts and
-pushed with skopeo. Everything lives in one temporary directory; the server is stopped by its PID."""
+pushed with skopeo. Everything lives in one temporary directory; the server is stopped by its PID.
+
+Also `CountingProxy` (forwards to the registry and logs every request on the wire, for exact
+request counts) and `ScriptedServer` (answers what a test says, and logs what it was sent: for
+redirects, oversized or slow answers and hostile token realms)."""
 from __future__ import annotations
 
 import gzip
@@ -11,14 +15,18 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterator, Optional
 
 import bcrypt
 import pytest
 import requests
+
+from components.registry import registry_settings
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 USERNAME = "promoter"
@@ -70,7 +78,9 @@ class RegistryServer:
         config = {
             "version": 0.1,
             "log": {"level": "warn"},
-            "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": self.delete_enabled}},
+            # The deployed registry's storage cache (components/registry.py registry_settings).
+            "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": self.delete_enabled},
+                        "cache": registry_settings()["storage"]["cache"]},
             "http": {"addr": self.host, "secret": "registry-for-tests"},
             "auth": {"htpasswd": {"realm": "test-registry", "path": str(auth / "htpasswd")}},
         }
@@ -199,3 +209,148 @@ def ecr_manifest(layer_hex: str) -> str:
         "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 9,
                     "digest": "sha256:" + layer_hex * 64}],
     })
+
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "upgrade"}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request a test server received."""
+
+    method: str
+    path: str
+    headers: dict
+    status: int = 0
+
+
+class _Server:
+    """A ThreadingHTTPServer on a free loopback port in a background thread, with a request log."""
+
+    def __init__(self, handler: type):
+        self.seen: list[Seen] = []
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.server.owner = self
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://{self.host}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def log(self, seen: Seen) -> None:
+        with self.lock:
+            self.seen.append(seen)
+
+    def take(self) -> list[Seen]:
+        with self.lock:
+            seen, self.seen = self.seen, []
+            return seen
+
+
+class CountingProxy(_Server):
+    """Forwards every request to `upstream` on kept-alive connections and logs it with its status;
+    `bytes` counts request and response bodies."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.bytes = 0
+        local = threading.local()
+
+        class Forward(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stalls
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                proxy = self.server.owner
+                if not hasattr(local, "session"):
+                    local.session = requests.Session()
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                # skopeo sends several Accept headers: keep them all (as one comma-separated list).
+                headers = {k: ", ".join(self.headers.get_all(k)) for k in set(self.headers) if k.lower() not in HOP_BY_HOP}
+                answer = local.session.request(
+                    self.command, proxy.upstream + self.path, headers=headers, data=body or None,
+                    allow_redirects=False, stream=False, timeout=60,
+                )
+                content = answer.content if self.command != "HEAD" else b""
+                with proxy.lock:
+                    proxy.bytes += len(body) + len(content)
+                proxy.log(Seen(self.command, self.path, dict(self.headers), answer.status_code))
+                self.send_response(answer.status_code)
+                for name, value in answer.headers.items():
+                    if name.lower() not in HOP_BY_HOP:
+                        self.send_header(name, value)
+                length = answer.headers.get("Content-Length", str(len(content))) if self.command == "HEAD" else str(len(content))
+                self.send_header("Content-Length", length)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(content)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _forward
+
+        super().__init__(Forward)
+
+    def reset(self) -> tuple[list[Seen], int]:
+        with self.lock:
+            seen, count = self.seen, self.bytes
+            self.seen, self.bytes = [], 0
+            return seen, count
+
+
+Reply = tuple[int, dict, object]
+"""(status, headers, body): body is bytes, or an iterable of (bytes, seconds to wait before it)."""
+
+
+class ScriptedServer(_Server):
+    """Answers each request with `respond(seen)` and logs it; HTTP/1.1 with Content-Length unless the
+    body is a list of timed chunks (sent chunked, each after its delay)."""
+
+    def __init__(self, respond: Callable[[Seen], Reply]):
+        self.respond = respond
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stalls
+
+            def log_message(self, *args):
+                pass
+
+            def _handle(self):
+                server = self.server.owner
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen = Seen(self.command, self.path, dict(self.headers))
+                server.log(seen)
+                status, headers, body = server.respond(seen)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                try:
+                    if isinstance(body, (bytes, bytearray)):
+                        if "Content-Length" not in headers:
+                            self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk, delay in body:
+                        time.sleep(delay)
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up, as the test wanted
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
+
+        super().__init__(Handler)

@@ -10,7 +10,8 @@ import pytest
 from infra import config
 from infra.render import ROOT, StackFile
 
-PROD_REF = "registry.example:5000/shop/cart@sha256:" + "a" * 64
+# In the stack's registry (the default managed one) at the entity's repository (infra/image_refs.py).
+PROD_REF = "localhost:32000/shop/cart@sha256:" + "a" * 64
 
 
 def raw(environment="test", projects=None, **sections) -> dict[str, str]:
@@ -112,7 +113,7 @@ def test_prod_entity_needs_a_digest_pinned_image():
 def test_prod_with_digests_is_valid():
     entity = {"name": "cart", "kind": "action", "language": "javascript", "source": "s", "image": PROD_REF}
     loaded = config.load(raw("prod", projects=[{"name": "shop", "entities": [entity]}],
-                             platform={"projectState": {"image": PROD_REF}}))
+                             platform={"projectState": {"image": PROD_REF.replace("shop/cart", "platform/project-state")}}))
     assert loaded.projects[0].entities[0].image == PROD_REF
 
 

@@ -9,21 +9,30 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from infra import cli, promote, registry_api, stack_file, state_backend
+from infra.limits import Deadline
 from infra.promote import PromotionRefused
 from tests.conftest import ROOT
-from tests.registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest, free_port
+from tests.registry_server import (
+    PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
+)
 
 REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
+NODE_HOST = registry_api.ImageRef.parse(next(iter(stack_file.image_slots(REPO_PROD).values())).value).registry
+"""The registry host of the prod file's references (how nodes reach it, e.g. localhost:32000); the
+promoter reaches the test registry there through CLOUDSTATION_REGISTRY_ADDRESSES."""
 SECURE_LINE = "  cloudstation:someToken:\n    secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==\n"
 PROMOTE = ["promote", "--from", "test", "--to", "prod"]
 SALT_LINE = "encryptionsalt: v1:Xx4bW0xbx1Y=:v1:fd8Fv3/k0d8b7Nbx:bqPw2r3ZmzvF5Zp6kQH6YQ==\n"
@@ -45,15 +54,17 @@ def pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F8
         digests = list(pool.map(lambda job: registry.push(job[3], job[2], f"test-{job[1]}"), jobs))
     refs: dict[str, dict[str, str]] = {}
     for (key, version, repository, _), digest in zip(jobs, digests):
-        ref = f"{registry.host}/{repository}:test-{version}@{digest}"
+        ref = f"{NODE_HOST}/{repository}:test-{version}@{digest}"
         refs.setdefault(key, {"repository": repository})[version] = ref
     return refs
 
 
 @pytest.fixture
-def env(monkeypatch, tmp_path):
+def env(monkeypatch, tmp_path, registry):  # noqa: F811
     monkeypatch.setenv(registry_api.USERNAME_ENV, USERNAME)
     monkeypatch.setenv(registry_api.PASSWORD_ENV, PASSWORD)
+    monkeypatch.setenv(registry_api.HOST_ENV, NODE_HOST)
+    monkeypatch.setenv(registry_api.ADDRESSES_ENV, f"{NODE_HOST}={registry.host}")
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "no-pulumi-here"))  # the direct state-backend path
 
@@ -67,6 +78,8 @@ def root(tmp_path, pushed) -> Path:
     text = stack_file.edit(REPO_PROD, {key: refs["old"] for key, refs in pushed.items()})
     text = SALT_LINE + text.replace("config:\n", "config:\n" + SECURE_LINE, 1)
     (directory / "Pulumi.prod.yaml").write_text(text)
+    # The stack that owns the shared cluster, which prod's validation reads (infra/cluster_sharing.py).
+    shutil.copy(ROOT / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
     return directory
 
 
@@ -118,7 +131,7 @@ def assert_untouched(root: Path, before: bytes, registry, pushed, tags_before) -
     assert (root / "Pulumi.prod.yaml").read_bytes() == before
     assert not (root / "promotions.prod.jsonl").exists()
     assert tags(registry, pushed) == tags_before
-    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.prod.yaml"]
+    assert sorted(p.name for p in root.iterdir()) == ["Pulumi.prod.yaml", "Pulumi.test.yaml"]
 
 
 def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
@@ -155,10 +168,24 @@ def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, reg
     assert PASSWORD not in out.out + out.err
 
 
-def test_registry_cost_is_three_small_requests_per_image(env, root, tmp_path, pushed):
-    result = promote.promote(root=root, images=new_images(pushed))
-    # One 401 challenge for the host, then per image: GET by digest, PUT prod, PUT prod-<time>.
-    assert result.stats.requests == 1 + 3 * len(pushed)
+def test_registry_cost_is_one_get_and_one_put_per_tag_written(env, root, registry, pushed, monkeypatch):  # noqa: F811
+    # Counted on the wire, by a proxy in front of the registry, with images handled in parallel.
+    with CountingProxy(registry.url) as proxy:
+        monkeypatch.setenv(registry_api.ADDRESSES_ENV, f"{NODE_HOST}={proxy.host}")
+        result = promote.promote(root=root, images=new_images(pushed), parallel=8)
+        seen, _ = proxy.reset()
+    assert len(result.changes) == len(pushed) > 1
+    # One 401 challenge for the registry, however many requests start at once ...
+    assert [(s.method, s.status) for s in seen if s.status == 401] == [("GET", 401)]
+    # ... then per image exactly one GET of the manifest by digest and one PUT per tag.
+    answered = [s for s in seen if s.status != 401]
+    for refs in pushed.values():
+        image = registry_api.ImageRef.parse(refs["new"])
+        mine = sorted((s.method, s.path) for s in answered if s.path.startswith(f"/v2/{image.repository}/manifests/"))
+        assert mine == sorted([("GET", f"/v2/{image.repository}/manifests/{image.digest}")] + [
+            ("PUT", f"/v2/{image.repository}/manifests/{tag}") for tag in result.tags
+        ])
+    assert len(seen) == 1 + len(pushed) * (1 + len(result.tags)) == result.stats.requests
     assert result.stats.bytes_sent < 1000 * 2 * len(pushed)  # manifests only
 
 
@@ -211,13 +238,35 @@ def _unknown_repository(images, pushed):
     images["shop/cart"] = images["shop/cart"].replace("/shop/cart:", "/shop/no-such-repo:")
 
 
+def _other_registry(images, pushed):
+    images["shop/cart"] = "registry.example/" + images["shop/cart"].split("/", 1)[1]
+
+
+def _other_entity(images, pushed):
+    images["shop/likes"] = images["shop/cart"]  # a real image, but another entity's repository
+
+
+def _trailing_newline(images, pushed):
+    images["shop/cart"] += "\n"
+
+
+def _non_ascii_tag(images, pushed):
+    images["shop/cart"] = images["shop/cart"].replace(":test-new@", ":t\u00e9st@")
+
+
 @pytest.mark.parametrize("mutate, argv, message", [
     (_not_pinned, [], r"shop/cart: the test reference '.*shop/cart:test-new' is not pinned by digest"),
     (_missing_in_test, [], r"shop/likes: in Pulumi.prod.yaml \(cloudstation:projects\[0\].entities\[1\].image\) "
                            r"but missing from the test stack's `images` output"),
     (_missing_in_prod, [], r"shop/checkout: deployed in test but missing from Pulumi.prod.yaml"),
-    (_not_in_registry, [], r"shop/add-item: sha256:0{64} is not in the registry \(127.0.0.1:\d+/shop/add-item\)"),
-    (_unknown_repository, [], r"shop/cart: sha256:[0-9a-f]{64} is not in the registry .*/shop/no-such-repo\)"),
+    (_not_in_registry, [], r"shop/add-item: sha256:0{64} is not in the registry \(localhost:\d+/shop/add-item\)"),
+    (_unknown_repository, [], r"shop/cart: the test reference .*: repository 'shop/no-such-repo' is not this entity's"),
+    (_other_registry, [], r"shop/cart: the test reference 'registry.example/shop/cart.*: registry host "
+                          r"'registry.example' is not this stack's registry \(localhost:\d+"),
+    (_other_entity, [], r"shop/likes: the test reference .*/shop/cart:.*: repository 'shop/cart' is not this "
+                        r"entity's .*expected localhost:\d+/shop/likes\[:tag\]"),
+    (_trailing_newline, [], r"shop/cart: the test reference '.*\\n' is not pinned by digest"),
+    (_non_ascii_tag, [], r"shop/cart: the test reference '.*:t\u00e9st@sha256:.*' is not pinned by digest"),
     (None, ["--entity", "shop/nope"], r"--entity shop/nope: no such entity"),
     (None, ["--entity", "cart"], r"--entity 'cart': must be <project>/<entity>"),
     (None, ["--project", "nope"], r"--project nope: no such project"),
@@ -324,6 +373,134 @@ def test_same_references_again_is_a_no_op(env, root, pushed, capsys):
     assert (root / "Pulumi.prod.yaml").read_bytes() == text and len(promote.read_history(root, "prod")) == 1
 
 
+# --- the history file: validated first, appended safely, never lost (item 9) -------------------
+
+
+def _history_line(pushed, **overrides) -> str:
+    record = {"id": 1, "when": "2026-01-01T00:00:00Z", "action": "promote", "from": "test", "to": "prod",
+              "references": {"shop/cart": pushed["shop/cart"]["old"]},
+              "previous": {"shop/cart": pushed["shop/likes"]["old"].replace("/shop/likes:", "/shop/cart:")},
+              "tags": ["prod", "prod-20260101T000000Z"], "state": "done", **overrides}
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize("history, message", [
+    (lambda p: "not json\n", r"line 1: not JSON"),
+    (lambda p: _history_line(p, id=7) + "\n", r"line 1: id 7, expected 1"),
+    (lambda p: _history_line(p, references={"shop/cart": "localhost:32000/shop/cart:v1"}) + "\n",
+     r"line 1: references must map <project>/<entity> to digest-pinned references"),
+    (lambda p: _history_line(p, previous={"shop/likes": None}) + "\n", r"line 1: previous must map the same keys"),
+    (lambda p: _history_line(p, state="pending") + "\n" + _history_line(p, id=2) + "\n",
+     r"line 1: only the last record can be pending"),
+    (lambda p: _history_line(p, action="rollback", undoes=1) + "\n", r"line 1: undoes 1, which is not an earlier"),
+])
+def test_a_bad_history_is_refused_before_anything_happens(env, root, registry, pushed, history, message):  # noqa: F811
+    path = root / "promotions.prod.jsonl"
+    path.write_text(history(pushed))
+    before, history_before, tags_before = (root / "Pulumi.prod.yaml").read_bytes(), path.read_bytes(), tags(registry, pushed)
+    for run in (lambda: promote.promote(root=root, images=new_images(pushed)), lambda: promote.rollback(root=root)):
+        with pytest.raises(PromotionRefused, match=message):
+            run()
+        assert (root / "Pulumi.prod.yaml").read_bytes() == before and path.read_bytes() == history_before
+        assert tags(registry, pushed) == tags_before
+
+
+def test_append_adds_the_missing_final_newline(env, root, pushed):
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    path = root / "promotions.prod.jsonl"
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # e.g. an editor that strips it
+    promote.promote(root=root, images=new_images(pushed))
+    assert [(r["id"], r["state"]) for r in promote.read_history(root, "prod")] == [(1, "done"), (2, "done")]
+    assert path.read_bytes().count(b"\n") == 2 and path.read_bytes().endswith(b"\n")
+
+
+def test_a_concurrent_run_is_refused_while_one_holds_the_lock(env, root, registry, pushed):  # noqa: F811
+    import fcntl
+
+    before, tags_before = (root / "Pulumi.prod.yaml").read_bytes(), tags(registry, pushed)
+    holder = os.open(root, os.O_RDONLY)  # what a running promote or rollback holds
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(PromotionRefused, match="another promote or rollback is running"):
+            promote.promote(root=root, images=new_images(pushed))
+        with pytest.raises(PromotionRefused, match="another promote or rollback is running"):
+            promote.rollback(root=root)
+    finally:
+        os.close(holder)
+    assert_untouched(root, before, registry, pushed, tags_before)
+    promote.promote(root=root, images=new_images(pushed))  # released: runs
+
+
+KILL_AT_RENAME = """\
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from infra import promote
+real_replace = os.replace
+def replace(source, target):
+    if Path(target).name == "Pulumi.prod.yaml":
+        if sys.argv[4] == "after":
+            real_replace(source, target)
+        os._exit(9)  # killed right after (or right before) the stack file's rename
+    real_replace(source, target)
+os.replace = replace
+promote.promote(root=Path(sys.argv[2]), images=json.loads(sys.argv[3]))
+"""
+
+
+def _killed_promotion(root, pushed, when: str) -> None:
+    command = [sys.executable, "-c", KILL_AT_RENAME, str(ROOT), str(root), json.dumps(new_images(pushed)), when]
+    assert subprocess.run(command, capture_output=True).returncode == 9
+
+
+def test_a_kill_after_the_rename_does_not_lose_the_record(env, root, pushed):
+    original = (root / "Pulumi.prod.yaml").read_bytes()
+    _killed_promotion(root, pushed, "after")
+    assert {k: s.value for k, s in stack_file.image_slots(stack_file.read_text(root / "Pulumi.prod.yaml")).items()} \
+        == new_images(pushed)
+    [record] = promote.read_history(root, "prod")
+    assert record["state"] == "pending" and record["references"] == new_images(pushed)
+    # The next run settles it from the file (which holds its references), then rolls it back.
+    promote.rollback(root=root)
+    assert (root / "Pulumi.prod.yaml").read_bytes() == original
+    assert [(r["id"], r["action"], r["state"]) for r in promote.read_history(root, "prod")] == [
+        (1, "promote", "done"), (2, "rollback", "done")
+    ]
+
+
+def test_a_kill_before_the_rename_leaves_an_abandoned_record(env, root, pushed):
+    original = (root / "Pulumi.prod.yaml").read_bytes()
+    _killed_promotion(root, pushed, "before")
+    assert (root / "Pulumi.prod.yaml").read_bytes() == original
+    with pytest.raises(PromotionRefused, match="no promotion left to roll back"):
+        promote.rollback(root=root)  # settles record 1 as abandoned: nothing to undo
+    assert [r["state"] for r in promote.read_history(root, "prod")] == ["abandoned"]
+    promote.promote(root=root, images=new_images(pushed))
+    assert [(r["id"], r["state"]) for r in promote.read_history(root, "prod")] == [(1, "abandoned"), (2, "done")]
+
+
+def test_rollback_replays_only_previous_references_of_this_stacks_registry(env, root, registry, pushed):  # noqa: F811
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    path = root / "promotions.prod.jsonl"
+    [record] = promote.read_history(root, "prod")
+    planted = "registry.example/shop/cart@" + pushed["shop/cart"]["old"].split("@")[1]
+    path.write_text(json.dumps({**record, "previous": {"shop/cart": planted}}) + "\n")
+    before, tags_before = (root / "Pulumi.prod.yaml").read_bytes(), tags(registry, pushed)
+    with pytest.raises(PromotionRefused, match=r"shop/cart: the previous reference 'registry.example/shop/cart@.*' "
+                                               r"in promotion 1: registry host 'registry.example' is not"):
+        promote.rollback(root=root)
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before and tags(registry, pushed) == tags_before
+
+
+def test_the_deadline_bounds_the_whole_run(env, root, tmp_path, pushed, capsys):
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    backend = file_backend(tmp_path, new_images(pushed))
+    argv = [*PROMOTE, "--backend", backend, "--root", str(root), "--timeout", "0"]
+    assert cli.main(argv) == 1
+    assert "deadline (--timeout)" in capsys.readouterr().err
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before
+
+
 # --- reading the test stack's outputs --------------------------------------------------------
 
 
@@ -387,6 +564,33 @@ def test_uses_the_pulumi_cli_when_it_is_on_path(tmp_path, monkeypatch):
     ]
 
 
+def test_state_reads_are_bounded_in_size_and_time(tmp_path, monkeypatch):
+    images = {"shop/cart": "localhost:32000/shop/cart@sha256:" + "1" * 64}
+    padded = checkpoint({"images": images, "padding": "x" * 4096})
+    path = tmp_path / ".pulumi" / "stacks" / "cloudstation" / "test.json.gz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress(json.dumps(padded).encode()))  # ~300 bytes on disk, 4 KiB inflated
+    monkeypatch.setattr(state_backend, "MAX_CHECKPOINT_BYTES", 2048)
+    with pytest.raises(state_backend.StateError, match="expands to more than 2048 bytes"):
+        state_backend.stack_output("test", "images", backend=f"file://{tmp_path}", root=tmp_path, use_cli=False)
+    path.unlink()
+    path.with_suffix("").write_text(json.dumps(padded))
+    with pytest.raises(state_backend.StateError, match="larger than the 2048 bytes allowed"):
+        state_backend.stack_output("test", "images", backend=f"file://{tmp_path}", root=tmp_path, use_cli=False)
+
+    # A `pulumi` that never answers is given up on at the deadline.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pulumi").write_text("#!/bin/sh\nexec sleep 30\n")
+    (bin_dir / "pulumi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    started = datetime.now()
+    with pytest.raises(state_backend.StateError, match=r"pulumi stack output images --stack test`: gave up at the "
+                                                       r"1 s deadline"):
+        state_backend.stack_output("test", "images", root=tmp_path, deadline=Deadline(1))
+    assert (datetime.now() - started).total_seconds() < 5
+
+
 @pytest.fixture(scope="module")
 def s3_server():
     """moto's S3 API on a free loopback port, always stopped (a leftover server hangs the run)."""
@@ -421,12 +625,25 @@ def test_s3_backend_promotion(env, aws_env, s3_server, root, pushed):
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 
 
+def ecr_prod_file(prefix: str) -> str:
+    """The repository's prod file on a cluster of its own with ECR as its registry (images under
+    `<ECR>/<prefix>/<project>/<entity>`), as a fresh YAML document."""
+    document = yaml.safe_load(REPO_PROD)
+    config = document["config"]
+    platform = config["cloudstation:platform"]
+    platform.pop("clusterOwnerStack", None)
+    platform.update(ownsClusterResources=True, registry={"mode": "external", "url": f"{ECR}/{prefix}", "username": "AWS"})
+    config["cloudstation:registryPassword"] = {"secure": "v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ=="}
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 def test_ecr_promotion(aws_env, tmp_path):
+    text = ecr_prod_file("cloudstation")
     with mock_aws():
         ecr = boto3.client("ecr", region_name="us-east-1")
         refs: dict[str, dict[str, str]] = {}
-        for index, (key, slot) in enumerate(stack_file.image_slots(REPO_PROD).items()):
-            repository = registry_api.ImageRef.parse(slot.value).repository
+        for index, key in enumerate(stack_file.image_slots(text)):
+            repository = f"cloudstation/{key}"  # <prefix>/<project>/<entity>
             ecr.create_repository(repositoryName=repository)
             for version, layer in (("old", f"{2 * index:x}"), ("new", f"{2 * index + 1:x}")):
                 image = ecr.put_image(repositoryName=repository, imageManifest=ecr_manifest(layer), imageTag=version)
@@ -435,7 +652,8 @@ def test_ecr_promotion(aws_env, tmp_path):
                 )
         root = tmp_path / "project"
         root.mkdir()
-        (root / "Pulumi.prod.yaml").write_text(stack_file.edit(REPO_PROD, {k: r["old"] for k, r in refs.items()}))
+        old = stack_file.edit(text, {k: r["old"] for k, r in refs.items()})
+        (root / "Pulumi.prod.yaml").write_text(old)
         when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
         result = promote.promote(root=root, images={k: r["new"] for k, r in refs.items()}, now=when)
         assert result.tags == ["prod", "prod-20260304T050607Z"]
@@ -443,11 +661,16 @@ def test_ecr_promotion(aws_env, tmp_path):
             details = ecr.describe_images(repositoryName=ref["repository"], imageIds=[{"imageTag": "prod"}])
             assert sorted(details["imageDetails"][0]["imageTags"]) == ["new", "prod", "prod-20260304T050607Z"]
         promote.rollback(root=root, now=when.replace(second=8))
-        old = stack_file.edit(REPO_PROD, {k: r["old"] for k, r in refs.items()})
         assert (root / "Pulumi.prod.yaml").read_text() == old
         before = (root / "Pulumi.prod.yaml").read_bytes()
         missing = {k: r["new"].split("@")[0] + "@sha256:" + "e" * 64 for k, r in refs.items()}
         with pytest.raises(PromotionRefused, match="is not in the registry"):
             promote.promote(root=root, images=missing)
         assert (root / "Pulumi.prod.yaml").read_bytes() == before
+        # Without the prefix, the repository is another one: refused before ECR is asked.
+        unprefixed = {k: r["new"].replace("/cloudstation/", "/", 1) for k, r in refs.items()}
+        with pytest.raises(PromotionRefused, match=r"repository 'shop/cart' is not this entity's .*"
+                                                   r"expected 123456789012\.dkr\.ecr\.us-east-1\.amazonaws\.com/"
+                                                   r"cloudstation/shop/cart"):
+            promote.promote(root=root, images=unprefixed)
         shutil.rmtree(root)

@@ -8,14 +8,18 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import time
+
 import boto3
 import pytest
 import requests
 from moto import mock_aws
 
-from infra import registry_api
+from infra import config as stack_config
+from infra import image_refs, registry_api
+from infra.limits import MAX_MANIFEST_BYTES, Deadline
 from infra.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
-from tests.registry_server import PASSWORD, USERNAME, build_oci_image, ecr_manifest
+from tests.registry_server import PASSWORD, USERNAME, ScriptedServer, build_oci_image, ecr_manifest
 
 LAYER_BYTES = 1 << 20
 
@@ -48,7 +52,8 @@ def test_image_ref_parses_digest_pinned_refs_and_refuses_others():
 
 
 def test_credentials_from_env_then_docker_config(tmp_path):
-    env = {registry_api.USERNAME_ENV: "u", registry_api.PASSWORD_ENV: "p", "DOCKER_CONFIG": str(tmp_path)}
+    env = {registry_api.USERNAME_ENV: "u", registry_api.PASSWORD_ENV: "p", registry_api.HOST_ENV: "r.example",
+           "DOCKER_CONFIG": str(tmp_path)}
     assert registry_api.credentials_for("r.example", env) == Credentials("u", "p")
     auth = base64.b64encode(b"docker-user:docker-pw").decode()
     (tmp_path / "config.json").write_text(json.dumps({"auths": {"https://r.example:5000/v1/": {"auth": auth}}}))
@@ -218,8 +223,126 @@ def test_node_side_registry_address_can_be_mapped_for_the_promoter(registry, ima
         registry_api.ADDRESSES_ENV: f"other:1=x:2, localhost:32000={registry.host}",
         registry_api.USERNAME_ENV: USERNAME,
         registry_api.PASSWORD_ENV: PASSWORD,
+        registry_api.HOST_ENV: "localhost:32000",
     }
     node_side = ImageRef.parse(f"localhost:32000/{images['oci'].repository}@{images['oci'].digest}")
     registry_client = registry_api.connect("localhost:32000", env)
     assert registry_client.base == f"http://{registry.host}"
     assert registry_client.manifest(node_side).digest == images["oci"].digest
+
+
+# --- references matched whole (issue 11, item 10) ---------------------------------------------
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("ref", [
+    f"localhost:32000/shop/cart@{DIGEST}\n",            # `$` would match before a final newline
+    f"localhost:32000/shop/cart:t\u00e9st@{DIGEST}",     # `\\w` without re.ASCII matches é
+    f"localhost:32000/shop/cart:\u0661@{DIGEST}",        # ... and Arabic-Indic digits
+    f"localhost:32000/shop/cart@{DIGEST}\n# more",
+    f" localhost:32000/shop/cart@{DIGEST}",
+])
+def test_digest_references_are_matched_whole_and_in_ascii(ref):
+    assert not image_refs.is_digest_ref(ref)
+    assert not image_refs.DIGEST_REF.match(ref) and not image_refs.DIGEST_REF.search(ref)
+    assert stack_config.DIGEST_REF is image_refs.DIGEST_REF  # one definition for config, promote and policy
+    with pytest.raises(ValueError, match="not pinned by digest"):
+        ImageRef.parse(ref)
+
+
+def test_reference_rule_names_host_and_repository():
+    ok = f"localhost:32000/team/shop/cart:v1@{DIGEST}"
+    assert image_refs.reference_problem(ok, "localhost:32000", image_refs.entity_repository("team", "shop", "cart")) is None
+    assert "registry host 'r.example'" in image_refs.reference_problem(
+        f"r.example/team/shop/cart@{DIGEST}", "localhost:32000", "team/shop/cart")
+    assert "repository 'shop/cart'" in image_refs.reference_problem(
+        f"localhost:32000/shop/cart@{DIGEST}", "localhost:32000", "team/shop/cart")
+
+
+# --- credentials go only to the registry they are for (item 7) --------------------------------
+
+
+def test_env_credentials_are_scoped_to_one_named_host(tmp_path):
+    env = {registry_api.USERNAME_ENV: "u", registry_api.PASSWORD_ENV: "p", "DOCKER_CONFIG": str(tmp_path)}
+    with pytest.raises(RegistryError, match=f"{registry_api.HOST_ENV} is not"):
+        registry_api.credentials_for("r.example", env)
+    env[registry_api.HOST_ENV] = "r.example"
+    assert registry_api.credentials_for("r.example", env) == Credentials("u", "p")
+    assert registry_api.credentials_for("other.example", env) is None
+    assert registry_api.connect("other.example", env).credentials is None
+
+
+def test_bearer_realm_over_plain_http_elsewhere_gets_no_credentials():
+    challenge = 'Bearer realm="http://tokens.example/token",service="front",scope="repository:shop/cart:pull"'
+    with ScriptedServer(lambda seen: (401, {"WWW-Authenticate": challenge}, b"")) as server:
+        client = DistributionRegistry(server.host, Credentials(USERNAME, PASSWORD), timeout=2)
+        with pytest.raises(RegistryError, match=r"token realm http://tokens.example/token is not https"):
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+    assert client.stats.requests == 1  # the challenge; the realm was never asked
+
+
+def _front(registry, elsewhere: str):
+    """A registry front that redirects manifest reads: `/here/...` to itself, else to `elsewhere`."""
+    def respond(seen):
+        expected = "Basic " + base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+        if seen.headers.get("Authorization") != expected:
+            return 401, {"WWW-Authenticate": 'Basic realm="front"'}, b""
+        if seen.path.startswith("/here/"):
+            upstream = requests.get(registry.url + seen.path[len("/here"):], headers={"Accept": registry_api.ACCEPT},
+                                    auth=registry.auth, timeout=5)
+            return upstream.status_code, {"Content-Type": upstream.headers["Content-Type"]}, upstream.content
+        if "/same/" in seen.path:
+            return 307, {"Location": "/here" + seen.path.replace("/same/", "/")}, b""
+        return 307, {"Location": elsewhere + seen.path}, b""
+    return respond
+
+
+def test_redirects_carry_authorization_only_on_the_registry_itself(registry, images):  # noqa: F811
+    realm_challenge = {}
+
+    def storage(seen):  # another origin: answers with a Bearer challenge whose realm is itself
+        if seen.path.startswith("/token"):
+            return 200, {"Content-Type": "application/json"}, b'{"token": "t"}'
+        return 401, {"WWW-Authenticate": realm_challenge["value"]}, b""
+
+    with ScriptedServer(storage) as other:
+        realm_challenge["value"] = f'Bearer realm="{other.url}/token",service="storage"'
+        with ScriptedServer(_front(registry, other.url)) as front:
+            client = DistributionRegistry(front.host, Credentials(USERNAME, PASSWORD))
+            ref = images["oci"]
+            # A redirect on the registry itself keeps the credentials and the read works.
+            same = ImageRef.parse(f"{front.host}/same/{ref.repository}@{ref.digest}")
+            assert client.manifest(same).digest == ref.digest
+            # A redirect elsewhere goes without them; that host asking for credentials is refused.
+            with pytest.raises(RegistryError, match=r"redirected to 127.0.0.1:\d+, which asks for credentials"):
+                client.manifest(ImageRef.parse(f"{front.host}/{ref.repository}@{ref.digest}"))
+    assert [s.path.split("?")[0] for s in other.seen] == [f"/v2/{ref.repository}/manifests/{ref.digest}"]
+    assert not any("Authorization" in s.headers for s in other.seen)
+
+
+# --- size caps and the deadline (item 8) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_manifest_larger_than_4_mib_is_refused_unread(chunked):
+    four_mib = 4 * 1024 * 1024
+    big = b"x" * (four_mib + 1)
+    body = [(big[i:i + (1 << 20)], 0) for i in range(0, len(big), 1 << 20)] if chunked else big
+    with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, body)) as server:
+        client = DistributionRegistry(server.host)
+        with pytest.raises(RegistryError, match=f"(more|larger) than the {four_mib} bytes allowed"):
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+    assert MAX_MANIFEST_BYTES == four_mib
+
+
+def test_a_slow_registry_cannot_hold_the_run_past_its_deadline():
+    drip = [(b"{", 0)] + [(b" ", 0.2)] * 50  # 10 s of a body, each chunk well within the read timeout
+    with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, drip)) as server:
+        client = DistributionRegistry(server.host, timeout=30, deadline=Deadline(1))
+        started = time.monotonic()
+        with pytest.raises(RegistryError, match="deadline"):
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+        assert time.monotonic() - started < 3
+        with pytest.raises(RegistryError, match="deadline"):  # and nothing more is started after it
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))

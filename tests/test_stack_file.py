@@ -1,6 +1,7 @@
 """infra/stack_file.py: exact image edits of a stack file, validation and the atomic write."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -15,7 +16,7 @@ from tests.conftest import ROOT
 
 
 def ref(n: int, name: str = "shop/cart", tag: str = "") -> str:
-    return f"localhost:5000/{name}{tag}@sha256:{n:064x}"
+    return f"localhost:32000/{name}{tag}@sha256:{n:064x}"
 
 
 # Everything a hand-kept stack file may carry: comments everywhere, a secure value, the
@@ -30,7 +31,7 @@ config:
   cloudstation:platform:
     namespace: cloudstation
     projectState:
-      image: "{ref(4, 'cloudstation/project-state')}"
+      image: "{ref(4, 'platform/project-state')}"
   cloudstation:projects:
     - name: shop
       entities:
@@ -58,7 +59,7 @@ def changed_lines(before: str, after: str) -> list[tuple[str, str]]:
 def test_slots_are_keyed_like_the_images_output():
     slots = stack_file.image_slots(SAMPLE)
     assert {k: s.value for k, s in slots.items()} == {
-        "platform/project-state": ref(4, "cloudstation/project-state"),
+        "platform/project-state": ref(4, "platform/project-state"),
         "shop/cart": ref(1),
         "shop/likes": ref(2, "shop/likes", ":v7"),
         "shop/add-item": ref(3, "shop/add-item"),
@@ -80,12 +81,12 @@ def test_edit_changes_only_the_image_scalars_and_keeps_their_style():
         "shop/cart": ref(11, tag=":b2"),
         "shop/likes": ref(12, "shop/likes"),
         "shop/add-item": ref(13, "shop/add-item"),
-        "platform/project-state": ref(14, "cloudstation/project-state"),
+        "platform/project-state": ref(14, "platform/project-state"),
     }
     result = stack_file.edit(SAMPLE, changes)
     assert changed_lines(SAMPLE, result) == [
         (
-            f'      image: "{ref(4, "cloudstation/project-state")}"\n',
+            f'      image: "{ref(4, "platform/project-state")}"\n',
             f'      image: "{changes["platform/project-state"]}"\n',
         ),
         (
@@ -183,3 +184,82 @@ def test_process_killed_between_write_and_rename_leaves_the_original(tmp_path):
     leftovers = [p for p in tmp_path.iterdir() if p.name != "Pulumi.prod.yaml"]
     assert len(leftovers) == 1 and leftovers[0].name.startswith(".Pulumi.prod.yaml.")  # complete, never renamed
     assert ref(8) in leftovers[0].read_text()
+
+
+# --- config validation of images and sources (issue 11, items 6, 10, 11) -------------------
+
+
+def test_validate_refuses_images_from_another_registry_or_repository():
+    bad = SAMPLE.replace(ref(1), f"registry.example/shop/cart@sha256:{1:064x}").replace(
+        f"'{ref(2, 'shop/likes', ':v7')}'", f"'{ref(2, 'shop/cart', ':v7')}'"
+    )
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_file.validate(bad, ROOT, "sample")
+    assert error.value.problems == [
+        f"cloudstation:projects[0].entities[0].image: 'registry.example/shop/cart@sha256:{1:064x}' — registry host "
+        "'registry.example' is not this stack's registry (localhost:32000, from platform.registry); expected "
+        "localhost:32000/shop/cart[:tag]@sha256:<64 hex digits>",
+        f"cloudstation:projects[0].entities[1].image: '{ref(2, 'shop/cart', ':v7')}' — repository 'shop/cart' is "
+        "not this entity's (<prefix>/<project>/<entity>); expected localhost:32000/shop/likes[:tag]@sha256:<64 hex "
+        "digits>",
+    ]
+
+
+def test_validate_checks_images_against_an_external_registry_and_its_prefix():
+    external = SAMPLE.replace(
+        "    namespace: cloudstation\n",
+        "    namespace: cloudstation\n    registry: {mode: external, url: r.example/team, username: ci}\n",
+    ).replace("localhost:32000/", "r.example/team/")
+    assert stack_file.validate(external, ROOT, "sample").projects[0].entities[0].image.startswith("r.example/team/")
+    with pytest.raises(stack_config.ConfigError, match=r"repository 'shop/cart' is not this entity's"):
+        stack_file.validate(external.replace("r.example/team/shop/cart@", "r.example/shop/cart@"), ROOT, "sample")
+
+
+@pytest.mark.parametrize("image", [
+    f"localhost:32000/shop/cart@sha256:{1:064x}\n",
+    f"localhost:32000/shop/cart:t\u00e9st@sha256:{1:064x}",
+])
+def test_config_matches_image_references_whole_and_in_ascii(image):
+    with pytest.raises(stack_config.ConfigError, match=r"entities\[0\]\.image: .* must be pinned by digest"):
+        stack_config.load(_raw_test_config(image=image))
+
+
+def _raw_test_config(**entity) -> dict:
+    entity = {"name": "cart", "kind": "action", "language": "javascript", "source": "entities/shop/cart", **entity}
+    project_state = f"localhost:32000/platform/project-state@sha256:{4:064x}"
+    return {
+        "cloudstation:environment": "test",
+        "cloudstation:projects": json.dumps([{"name": "shop", "entities": [entity]}]),
+        "cloudstation:platform": json.dumps({"projectState": {"image": project_state}}),
+    }
+
+
+@pytest.mark.parametrize("source", ["../outside", "entities/../../outside", "/etc", "~/src", "", ".", "./", "C:/src"])
+def test_entity_source_must_be_a_directory_inside_the_repository(source, tmp_path):
+    with pytest.raises(stack_config.ConfigError, match=r"entities\[0\]\.source: .* must be a directory inside the "
+                                                       r"repository"):
+        stack_config.load(_raw_test_config(source=source), root=tmp_path)
+
+
+def test_entity_source_symlinked_out_of_the_repository_is_refused(tmp_path):
+    root, outside = tmp_path / "repo", tmp_path / "outside"
+    (root / "entities").mkdir(parents=True)
+    outside.mkdir()
+    (root / "entities" / "cart").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(stack_config.ConfigError, match=r"entities\[0\]\.source: 'entities/cart' — resolves to .*"
+                                                       r"outside, outside the repository"):
+        stack_config.load(_raw_test_config(source="entities/cart"), root=root)
+    (root / "entities" / "real").mkdir()
+    (root / "entities" / "real" / "Dockerfile").write_text("FROM scratch\n")
+    (root / "entities" / "inside").symlink_to(root / "entities" / "real", target_is_directory=True)
+    assert stack_config.load(_raw_test_config(source="entities/inside"), root=root).projects[0].entities[0].source
+
+
+def test_stack_file_parse_refuses_duplicate_keys_and_aliases():
+    with pytest.raises(StackFileError, match="key 'image' appears more than once"):
+        stack_file.parse(SAMPLE.replace("          language: javascript\n          source: entities/shop/cart\n",
+                                        f"          image: {ref(9)}\n          source: entities/shop/cart\n"))
+    aliased = SAMPLE.replace(f"image: {ref(1)}  # promoted", f"image: &cart {ref(1)}  # promoted").replace(
+        f"'{ref(2, 'shop/likes', ':v7')}'", "*cart")
+    with pytest.raises(StackFileError, match=r"entities\[0\]\.image is not a one-line string scalar"):
+        stack_file.parse(aliased)

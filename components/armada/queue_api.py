@@ -20,6 +20,38 @@ GRPC_CODES = {
     9: "FailedPrecondition", 13: "Internal", 14: "Unavailable", 16: "Unauthenticated",
 }
 RETRYABLE_STATUS = (502, 503, 504)
+MAX_RESPONSE_BYTES = 1 << 20
+"""A queue document or error is a few hundred bytes; a larger answer is refused, not read."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Every 3xx is an error: urllib would otherwise follow it, re-sending the Authorization
+    header to wherever Location points (urllib/request.py HTTPRedirectHandler.redirect_request)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _is_loopback(host: Optional[str]) -> bool:
+    return host is not None and (host == "localhost" or host == "::1" or host.startswith("127."))
+
+
+def _read(response, deadline: float) -> bytes:
+    """The body, in chunks, within MAX_RESPONSE_BYTES and the call's deadline."""
+    chunks, size = [], 0
+    while True:
+        chunk = response.read1(64 << 10) if hasattr(response, "read1") else response.read(64 << 10)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer did not arrive before the deadline")
+        chunks.append(chunk)
 
 
 class QueueApiError(Exception):
@@ -107,20 +139,38 @@ class QueueClient:
         headers = {"Accept": "application/json", **self.headers}
         if data is not None:
             headers["Content-Type"] = "application/json"
+        parts = urllib.parse.urlsplit(url)
+        if any(k.lower() == "authorization" for k in headers) and parts.scheme != "https" and not _is_loopback(
+            parts.hostname
+        ):
+            raise QueueApiError(
+                method, url, None, "refusing to send credentials over plain http to a host other than loopback; "
+                "use an https:// armada.queueApi.url (or a port-forward to localhost)"
+            )
         deadline = time.monotonic() + self.wait_seconds
+        overall = deadline + self.timeout  # no call waits longer than this in all, slow answers included
         while True:
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    payload = response.read()
+                timeout = max(min(self.timeout, overall - time.monotonic()), 0.001)
+                with _OPENER.open(request, timeout=timeout) as response:
+                    payload = _read(response, overall)
                     return json.loads(payload) if payload.strip() else {}
             except urllib.error.HTTPError as error:
-                message, code = error_message(error.read())
+                if 300 <= error.code < 400:
+                    where = error.headers.get("Location", "(no Location)")
+                    raise QueueApiError(method, url, error.code, f"redirects are not followed (to {where})") from None
+                try:
+                    message, code = error_message(_read(error, overall))
+                except (ValueError, TimeoutError, OSError) as problem:
+                    message, code = str(problem), None
                 failure = (QueueExists if error.code == 409 else QueueApiError)(
                     method, url, error.code, message, code
                 )
                 if error.code not in RETRYABLE_STATUS:
                     raise failure from None
+            except ValueError as error:  # too large (json errors are ValueErrors too: the server's fault)
+                raise QueueApiError(method, url, None, str(error)) from None
             except (urllib.error.URLError, OSError) as error:
                 reason = getattr(error, "reason", error)
                 failure = QueueApiError(

@@ -1,0 +1,45 @@
+"""Bounds on what the command line waits for and reads: an overall deadline and response size caps.
+
+`python -m infra promote` and `rollback` talk to registries, ECR, S3 and the Pulumi CLI; none of
+them may hang the run or fill its memory. Every request's timeout is the smaller of its own and
+what is left of the run's deadline, and every body is read in chunks against a size cap and the
+deadline (a server dripping bytes cannot hold the run past it).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Optional
+
+MAX_MANIFEST_BYTES = 4 << 20
+"""An image manifest or index (distribution's own limit for a manifest PUT is 4 MiB)."""
+MAX_SMALL_ANSWER_BYTES = 1 << 20
+"""Anything else a registry or API answers: token responses, error bodies, queue documents."""
+MAX_CHECKPOINT_BYTES = 512 << 20
+"""A Pulumi checkpoint (state file) of the test stack."""
+DEFAULT_DEADLINE_SECONDS = 300.0
+"""A promotion or rollback as a whole (`--timeout`)."""
+
+
+class DeadlineExceeded(Exception):
+    """The run's deadline passed; str() says what was being waited for."""
+
+
+class Deadline:
+    """A point in time after which nothing more is waited for (None: no deadline)."""
+
+    def __init__(self, seconds: Optional[float] = DEFAULT_DEADLINE_SECONDS):
+        self.seconds = seconds
+        self.at = math.inf if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def check(self, what: str) -> None:
+        if self.remaining() <= 0:
+            raise DeadlineExceeded(f"{what}: gave up at the {self.seconds:g} s deadline (--timeout)")
+
+    def timeout(self, own: float, what: str) -> float:
+        """The timeout for one wait: `own`, or less if the deadline comes first."""
+        self.check(what)
+        return min(own, self.remaining())
