@@ -306,7 +306,12 @@ def test_credentials_files_have_armadas_key_shapes():
         ({"jobNamespaces": ["armada-jobs", "armada"]}, "armada.jobNamespaces[1]: 'armada' — job namespaces must not include the Armada namespace"),
         ({"executors": [{"name": "a", "extra": {"kubernetes": {"impersonateUsers": True}}}]},
          "armada.executors[0].extra.kubernetes.impersonateUsers: true — needs impersonating users"),
-        ({"binoculars": {"extra": {"kubernetes": {"impersonateUsers": True}}}}, "armada.binoculars.extra.kubernetes.impersonateUsers"),
+        # Binoculars' key is top-level (v0.22.7 BinocularsConfig.ImpersonateUsers), not the executor's.
+        ({"binoculars": {"extra": {"impersonateUsers": True}}},
+         "armada.binoculars.extra.impersonateUsers: true — needs impersonating users"),
+        # Viper matches keys in any case, so the check does too.
+        ({"executors": [{"name": "a", "extra": {"Kubernetes": {"ImpersonateUsers": True}}}]},
+         "armada.executors[0].extra.Kubernetes.ImpersonateUsers: true — needs impersonating users"),
         ({"executors": [{"name": "a", "extra": {"metric": {"exposeQueueUsageMetrics": True}}}]},
          "armada.executors[0].extra.metric.exposeQueueUsageMetrics: true — needs the kubelet's stats through nodes/proxy"),
     ],

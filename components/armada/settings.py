@@ -416,20 +416,24 @@ class ArmadaConfig(ConfigModel):
     @model_validator(mode="after")
     def _no_extra_kubernetes_privileges(self) -> "ArmadaConfig":
         # The executors' and binoculars' RBAC (components/armada/cluster.py) has no impersonation
-        # and no nodes/proxy; these keys would need them.
-        needs = {
+        # and no nodes/proxy; these keys would need them. Each service has its own key paths (v0.22.7
+        # internal/executor/configuration/types.go KubernetesConfiguration.ImpersonateUsers,
+        # MetricConfiguration.ExposeQueueUsageMetrics; internal/binoculars/configuration/types.go
+        # BinocularsConfig.ImpersonateUsers, top level), and Viper matches keys in any case.
+        executor_needs = {
             ("kubernetes", "impersonateUsers"): "impersonating users (RBAC impersonate)",
             ("metric", "exposeQueueUsageMetrics"): "the kubelet's stats through nodes/proxy",
         }
-        extras = [(f".executors[{i}].extra", e.extra) for i, e in enumerate(self.executors)]
-        extras.append((".binoculars.extra", self.binoculars.extra))
-        for where, extra in extras:
-            for (section, key), what in needs.items():
-                value = (extra.get(section) or {}).get(key) if isinstance(extra.get(section), dict) else None
+        binoculars_needs = {("impersonateUsers",): "impersonating users (RBAC impersonate)"}
+        extras = [(f".executors[{i}].extra", e.extra, executor_needs) for i, e in enumerate(self.executors)]
+        extras.append((".binoculars.extra", self.binoculars.extra, binoculars_needs))
+        for where, extra, needs in extras:
+            for path, what in needs.items():
+                found, value = _config_value(extra, path)
                 if value:
                     raise problem(
                         f"needs {what}, which Armada's service account is not granted (least privilege); "
-                        "leave it off", f"{where}.{section}.{key}", value,
+                        "leave it off", f"{where}.{'.'.join(found)}", value,
                     )
         return self
 
@@ -446,3 +450,18 @@ class ArmadaConfig(ConfigModel):
                     value=executor.pool,
                 )
         return self
+
+
+def _config_value(config: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
+    """The value at `path` of an Armada config map, keys matched in any case as Viper does, with
+    the keys as written (None when absent)."""
+    found: list[str] = []
+    for wanted in path:
+        if not isinstance(config, dict):
+            return tuple(found), None
+        key = next((k for k in config if isinstance(k, str) and k.lower() == wanted.lower()), None)
+        if key is None:
+            return tuple(found), None
+        found.append(key)
+        config = config[key]
+    return tuple(found), config
