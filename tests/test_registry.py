@@ -392,3 +392,26 @@ def test_the_registry_refuses_deletes(delete_enabled, tmp_path):
             assert response.status_code == 405, response.text
             assert server.digest_of("shop/cart", digest) == digest
     assert reg.registry_settings()["storage"]["delete"] == {"enabled": False}
+
+
+def test_registry_serves_the_config_file_it_is_given(rendered_stacks):
+    # distribution 3.x's image runs `registry serve <file>` for a *.yml argument (docker-library
+    # registry:3.1.1 entrypoint.sh) and its default moved to /etc/distribution (2.x read
+    # /etc/docker/registry): the argument must be exactly where our ConfigMap's file is mounted,
+    # else the registry cannot open it (or, mounted elsewhere without an argument, serves the
+    # image's built-in config: no auth, deletes on).
+    rendered = rendered_stacks["test"]
+    namespace = render.validate_config("test").platform.namespace
+    pod = pod_spec(find(rendered, "Deployment", "registry", namespace))
+    (container,) = pod["containers"]
+    config_volumes = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+    [(volume, config_map_name)] = config_volumes.items()
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume]
+    config_map = find(rendered, "ConfigMap", config_map_name, namespace)
+    [key] = config_map["data"]
+    assert container.get("command") is None  # the image's entrypoint picks `registry serve`
+    assert container["args"] == [f"{mount['mountPath']}/{key}"]
+    served = yaml.safe_load(config_map["data"][key])
+    assert served["auth"]["htpasswd"]["path"].startswith(
+        next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "auth")
+    )
