@@ -664,6 +664,13 @@ class Change:
             if path in self.program_replaces and self.same_name and not self.delete_before_replace(False):
                 found.append(f"{label}: replaceOnChanges replaces it on {shown} under the same name, but only the "
                              f"provider's replacements delete first: set deleteBeforeReplace=True (collides)")
+            # Deleting first does not help a kept object: the engine's delete of a retainOnDelete
+            # resource is a no-op, replacements included (pulumi/pulumi pkg/resource/deploy/step.go
+            # `DeleteStep.Apply`, `s.old.RetainOnDelete`), so the create meets the old object.
+            if (path in self.provider_replaces or path in self.program_replaces) and self.same_name \
+                    and self.old.options.get("retainOnDelete"):
+                found.append(f"{label}: {shown} replaces it under the same name, but it is retainOnDelete: the "
+                             f"engine skips the delete and the create collides with the kept object")
         return found
 
 

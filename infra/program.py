@@ -53,7 +53,11 @@ def read_config() -> stack_config.StackConfig:
 def provider_args(kubernetes: stack_config.KubernetesConfig, root: Path = ROOT, cwd: Path | None = None) -> dict:
     """The Kubernetes provider's inputs; `renderYamlToDirectory` relative to `cwd` (default: the
     working directory), where the engine starts the provider that writes there."""
-    args: dict = {"enable_server_side_apply": True}
+    # Secrets update in place: by default pulumi-kubernetes replaces a Secret whose data changes
+    # (provider/pkg/provider/diff.go `forceNewProperties`), and a kept one (retainOnDelete: the
+    # registry's and stores' credentials) cannot be replaced under its name, since the engine skips
+    # its delete (pulumi/pulumi step.go `DeleteStep.Apply`): a rotated password would fail the up.
+    args: dict = {"enable_server_side_apply": True, "enable_secret_mutable": True}
     if kubernetes.context:
         args["context"] = kubernetes.context
     if kubernetes.render_yaml_to_directory:
