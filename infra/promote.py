@@ -77,11 +77,20 @@ class Change:
 class Result:
     stack_file: Path
     changes: list[Change]
-    diff: str
-    tags: list[str]
-    dry_run: bool
+    before: str = field(repr=False)
+    after: str = field(repr=False)
+    tags: list[str] = field(default_factory=list)
+    dry_run: bool = False
     stats: registry_api.Stats = field(default_factory=registry_api.Stats)
     record: Optional[dict] = None
+
+    @property
+    def diff(self) -> str:
+        """The unified diff of the stack file (computed when shown)."""
+        name = self.stack_file.name
+        return "".join(difflib.unified_diff(
+            self.before.splitlines(keepends=True), self.after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+        ))
 
 
 def stack_path(root: Path, stack: str) -> Path:
@@ -388,13 +397,9 @@ def _apply(
         stack_file.validate(edited, root, path.name)
     except (ConfigError, stack_file.StackFileError) as error:  # the edit would not be a valid stack file
         raise PromotionRefused([str(error)], what) from None
-    diff = "".join(difflib.unified_diff(
-        parsed.text.splitlines(keepends=True), edited.text.splitlines(keepends=True), f"a/{path.name}",
-        f"b/{path.name}",
-    ))
     when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     tags = [stack, f"{stack}-{when:%Y%m%dT%H%M%SZ}"]
-    result = Result(path, changes, diff, tags, dry_run)
+    result = Result(path, changes, parsed.text, edited.text, tags, dry_run)
     manifests = _fetch({c.key: c.new for c in changes}, registries, what, parallel)
     if dry_run or not changes:
         result.stats = registries.stats()

@@ -90,13 +90,12 @@ def _compose(text: str, source: str) -> tuple[Optional[Node], Any]:
 def parse(text: str, source: str = "stack file") -> Parsed:
     """Parse a stack file's text once: its data and every entity image slot."""
     node, data = _compose(text, source)
-    _refuse_duplicate_keys(node, source)
+    shared = _check_nodes(node, source)
     if not isinstance(node, MappingNode) or not isinstance(data, dict):
         raise StackFileError(f"{source}: no `config:` mapping")
     config_node, config = _member(node, "config"), data.get("config")
     if not isinstance(config_node, MappingNode) or not isinstance(config, dict):
         raise StackFileError(f"{source}: no `config:` mapping")
-    shared = _shared_nodes(node)
     slots: dict[str, ImageSlot] = {}
 
     platform_node = _member(config_node, PLATFORM)
@@ -139,39 +138,30 @@ def _member(mapping: Optional[Node], key: str) -> Optional[Node]:
     return None
 
 
-def _refuse_duplicate_keys(root: Optional[Node], source: str) -> None:
-    """The Pulumi CLI rejects a mapping with a repeated key (Go yaml.v3); PyYAML would keep the last."""
-    stack, seen = [root], set()
+def _check_nodes(root: Optional[Node], source: str) -> set[int]:
+    """One walk of the node tree: refuses a mapping with a repeated key (the Pulumi CLI rejects it,
+    Go yaml.v3; PyYAML would keep the last), and returns the nodes reached more than once (YAML
+    aliases), which an edit in place would change everywhere they are used."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = [root] if root is not None else []
     while stack:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if id(node) in seen:
+            shared.add(id(node))
             continue
         seen.add(id(node))
         if isinstance(node, MappingNode):
             keys = [k.value for k, _ in node.value if isinstance(k, ScalarNode)]
-            repeated = sorted({k for k in keys if keys.count(k) > 1})
-            if repeated:
+            if len(set(keys)) != len(keys):
+                repeated = sorted({k for k in keys if keys.count(k) > 1})
                 line = node.start_mark.line + 1
                 raise StackFileError(f"{source}: line {line}: key {repeated[0]!r} appears more than once in a mapping")
-            stack.extend(v for pair in node.value for v in pair)
+            for pair in node.value:
+                stack.extend(pair)
         elif isinstance(node, SequenceNode):
             stack.extend(node.value)
-
-
-def _shared_nodes(root: Node) -> set[int]:
-    """Nodes reached more than once (YAML aliases): editing one would change the others too."""
-    counts: dict[int, int] = {}
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        counts[id(node)] = counts.get(id(node), 0) + 1
-        if counts[id(node)] > 1:
-            continue
-        if isinstance(node, MappingNode):
-            stack.extend(v for pair in node.value for v in pair)
-        elif isinstance(node, SequenceNode):
-            stack.extend(node.value)
-    return {key for key, count in counts.items() if count > 1}
+    return shared
 
 
 def _slot(text: str, mapping: MappingNode, key: str, path: str, source: str, shared: set[int]) -> ImageSlot:
