@@ -249,6 +249,17 @@ def same_namespace_ingress(pod_labels: Mapping[str, str], port_numbers: Sequence
     return spec({"matchLabels": dict(pod_labels)}, ingress_rules=[ingress([pods()], port_numbers)])
 
 
+def scrape_ingress(pod_selector: Mapping[str, Any], port_numbers: Sequence[int], scrapers: Sequence[dict]) -> dict:
+    """NetworkPolicy spec: the selected pods accept `scrapers` (Prometheus' pods, in their
+    namespace: components/monitoring.py) on their metrics `port_numbers` only. Ingress only: the
+    pods' egress stays as their own policies say."""
+    for peer in scrapers:
+        # Prometheus lives in another namespace: a peer must name it and its pods, never "any".
+        if not peer.get("namespaceSelector") or not (peer.get("podSelector") or {}).get("matchLabels"):
+            raise ValueError(f"a scrape peer names Prometheus' namespace and pod labels: {peer}")
+    return spec(dict(pod_selector), ingress_rules=[ingress(scrapers, port_numbers)])
+
+
 def kubernetes_api(api: Optional[KubernetesApi]) -> dict:
     """Egress to the Kubernetes API server at the configured addresses and ports
     (`platform.kubernetesApi`). Policies see the control-plane node's address and 6443, not the

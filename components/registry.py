@@ -45,6 +45,8 @@ default differs can never start on its built-in config instead of ours (the 3.x 
 /etc/distribution/config.yml, docker-library/repo-info repos/registry/remote/3.1.1.md; its
 entrypoint, distribution/distribution-library-image docker-entrypoint.sh, runs `registry serve
 <file>` when the argument is a file)."""
+METRICS_PATH = "/metrics"
+"""Where the debug server serves Prometheus metrics when they are on (distribution's default)."""
 AUTH_PATH = "/auth"
 RUN_AS = 1000
 """The registry image has no user of its own; it runs fine as any uid that owns its storage."""
@@ -224,10 +226,15 @@ def dockerconfigjson(host: str, username: str, password: str) -> str:
     return json.dumps({"auths": {host: {"username": username, "password": password, "auth": auth}}}, sort_keys=True)
 
 
-def registry_settings(realm: str = "cloudstation") -> dict:
+def registry_settings(realm: str = "cloudstation", metrics: bool = False) -> dict:
     """distribution's config.yml (no secrets: the htpasswd file and the HTTP secret come from the
     Secret). A file rather than REGISTRY_* variables, so that the htpasswd path and realm are not
-    mistaken for credentials in the pod spec."""
+    mistaken for credentials in the pod spec. `metrics` serves Prometheus metrics at /metrics on
+    the debug address (distribution v3.1.1 registry/registry.go `configurePrometheus`, reached only
+    when `http.debug.addr` is set; registry/handlers/app.go instruments every route then)."""
+    debug: dict = {"addr": f":{DEBUG_PORT}"}
+    if metrics:
+        debug["prometheus"] = {"enabled": True, "path": METRICS_PATH}
     return {
         "version": 0.1,
         "log": {"level": "info", "fields": {"service": "registry"}},
@@ -241,7 +248,7 @@ def registry_settings(realm: str = "cloudstation") -> dict:
         },
         "http": {
             "addr": f":{PORT}",
-            "debug": {"addr": f":{DEBUG_PORT}"},
+            "debug": debug,
             "headers": {"X-Content-Type-Options": ["nosniff"]},
         },
         "auth": {"htpasswd": {"realm": realm, "path": f"{AUTH_PATH}/htpasswd"}},
@@ -249,11 +256,11 @@ def registry_settings(realm: str = "cloudstation") -> dict:
     }
 
 
-def registry_config_yaml() -> str:
-    return yaml.safe_dump(registry_settings(), sort_keys=True)
+def registry_config_yaml(metrics: bool = False) -> str:
+    return yaml.safe_dump(registry_settings(metrics=metrics), sort_keys=True)
 
 
-def deployment_spec(name: str, image: str, config: RegistryConfig) -> dict:
+def deployment_spec(name: str, image: str, config: RegistryConfig, metrics: bool = False) -> dict:
     """One registry pod (filesystem storage allows one writer), replaced with Recreate."""
     container = {
         "name": "registry",
@@ -287,7 +294,7 @@ def deployment_spec(name: str, image: str, config: RegistryConfig) -> dict:
             "metadata": {
                 "labels": kube.labels(name, "registry"),
                 # A config change rolls the pod (a mounted ConfigMap alone would not restart it).
-                "annotations": {"cloudstation.io/config-sha256": hashlib.sha256(registry_config_yaml().encode()).hexdigest()},
+                "annotations": {"cloudstation.io/config-sha256": hashlib.sha256(registry_config_yaml(metrics).encode()).hexdigest()},
             },
             "spec": {
                 "automountServiceAccountToken": False,
@@ -385,6 +392,8 @@ class RegistryArgs:
     """Namespaces whose pods may reach the registry (platform and projects)."""
     image: str
     """Pinned distribution image (infra/versions.py)."""
+    metrics: bool = False
+    """Serve Prometheus metrics on the debug port (platform.monitoring.enabled)."""
 
 
 class Registry(Component):
@@ -414,7 +423,7 @@ class Registry(Component):
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata=kube.metadata(f"{name}-config", args.namespace, "registry"),
-            data={"config.yml": registry_config_yaml()},
+            data={"config.yml": registry_config_yaml(args.metrics)},
             opts=child,
         )
         claim = k8s.core.v1.PersistentVolumeClaim(
@@ -428,7 +437,7 @@ class Registry(Component):
         k8s.apps.v1.Deployment(
             f"{name}-deploy",
             metadata=kube.metadata(name, args.namespace, "registry"),
-            spec=deployment_spec(name, args.image, config),
+            spec=deployment_spec(name, args.image, config, args.metrics),
             opts=self.child_opts(depends_on=[secret, config_map, claim]),
         )
         service = k8s.core.v1.Service(

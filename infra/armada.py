@@ -32,6 +32,7 @@ from components.namespace import Namespace, NamespaceArgs
 from components.postgres import Postgres, PostgresArgs
 from components.pulsar import Pulsar, PulsarArgs
 from components.redis import Redis, RedisArgs
+from infra import monitoring
 from infra.versions import image
 
 if TYPE_CHECKING:
@@ -116,11 +117,14 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     )
     # G3: the server reads queues from tables the lookout migration creates.
     server = Server("armada-server", service_args("armada-server", [lookout.migration, redis, pulsar], auth.server), opts)
-    SchedulerIngester(
+    services = [lookout, scheduler, server]
+    services.append(SchedulerIngester(
         "armada-scheduler-ingester", service_args("armada-scheduler-ingester", [scheduler.migration, pulsar]), opts
-    )
-    LookoutIngester("armada-lookout-ingester", service_args("armada-lookout-ingester", [lookout.migration, pulsar]), opts)
-    EventIngester("armada-event-ingester", service_args("armada-event-ingester", [redis, pulsar]), opts)
+    ))
+    services.append(LookoutIngester(
+        "armada-lookout-ingester", service_args("armada-lookout-ingester", [lookout.migration, pulsar]), opts
+    ))
+    services.append(EventIngester("armada-event-ingester", service_args("armada-event-ingester", [redis, pulsar]), opts))
 
     # Config validation admits Armada only in the stack that owns the cluster's resources (one
     # Armada per cluster), so the cluster-scoped prerequisites are always this stack's.
@@ -136,15 +140,18 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         pulumi.ResourceOptions(provider=stack.provider, depends_on=job_namespaces),
     )
     prerequisites: list[pulumi.Resource] = cluster.resources
+    executors = []
     for executor in armada.executors:
         after = service_args(
             "armada-executor", [scheduler.deployment, *prerequisites, *job_namespaces], auth.executors[executor.name]
         )
-        Executor(f"armada-executor-{executor.name}", ExecutorArgs(**vars(after), executor=executor), opts)
+        executors.append(Executor(f"armada-executor-{executor.name}", ExecutorArgs(**vars(after), executor=executor), opts))
     if armada.binoculars.enabled:
-        Binoculars(
+        services.append(Binoculars(
             "armada-binoculars", service_args("armada-binoculars", [*prerequisites, *job_namespaces], auth.binoculars), opts
-        )
+        ))
+    # PodMonitors, alerts, dashboard and store exporters, with platform.monitoring.enabled only.
+    monitoring.armada(stack, namespace.name, services, executors, postgres, redis)
 
     # Queues go through the server's REST API, so they need the server up (and not the
     # Kubernetes provider: they belong to their dynamic provider).

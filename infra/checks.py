@@ -292,6 +292,9 @@ HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
     "library/redis": HealthEndpoint(),
     "apachepulsar/pulsar": HealthEndpoint(),
     "library/cassandra": HealthEndpoint(),
+    # Store exporters (components/exporters.py): postgres_exporter's landing page, redis_exporter's /health.
+    "prometheuscommunity/postgres-exporter": HealthEndpoint(("httpGet",), "/"),
+    "oliver006/redis_exporter": HealthEndpoint(("httpGet",), "/health"),
 }
 NO_HEALTH_ENDPOINT = (
     "gresearch/armada-scheduler-ingester", "gresearch/armada-lookout-ingester", "gresearch/armada-event-ingester",

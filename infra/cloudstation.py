@@ -12,7 +12,7 @@ from components.cloudstate_operator import CloudStateOperator, OperatorArgs
 from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.project_environment import EntityService, ProjectEnvironment, ProjectEnvironmentArgs
-from infra import cluster_sharing, delivery
+from infra import cluster_sharing, delivery, monitoring
 # What the operator reconciles, one definition, which config validation also checks across the
 # stack files sharing a cluster (infra/cluster_sharing.py).
 from infra.cluster_sharing import project_namespace, project_state_namespace, watched_namespaces  # noqa: F401
@@ -35,6 +35,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         stack.opts,
     )
     access = delivery.deploy_registry(stack, platform_namespace)
+    monitoring.registry(stack, platform_namespace.name)
     images = delivery.entity_images(stack, access)
 
     cluster_resources: list[pulumi.Resource] = []
@@ -69,7 +70,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     )
     state = platform.project_state
     state_namespace = project_state_namespace(platform.namespace)
-    ProjectEnvironment(
+    state_environment = ProjectEnvironment(
         "project-state",
         ProjectEnvironmentArgs(
             project=delivery.PLATFORM_PROJECT,
@@ -87,6 +88,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         ),
         stack.opts,
     )
+    monitoring.environment(stack, "project-state-entity", state_environment, state_namespace, platform.project_state_store)
 
     namespaces: dict[str, pulumi.Output[str]] = {}
     for project in config.projects:
@@ -110,6 +112,10 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             stack.opts,
         )
         namespaces[project.name] = environment_.namespace
+        monitoring.environment(stack, f"{project.name}-entity", environment_, project_namespace(project.name, environment), project.store)
+    monitoring.platform_dashboard(
+        stack, [state_namespace, *(project_namespace(p.name, environment) for p in config.projects)]
+    )
 
     return {
         "platformNamespace": platform_namespace.name,

@@ -32,6 +32,7 @@ from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryC
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import StoresConfig
 from components.network import KubernetesApi
+from components.monitoring import MonitoringConfig
 
 PROJECT = "cloudstation"
 """The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
@@ -231,6 +232,9 @@ class PlatformConfig(ConfigModel):
     kubernetes_api: KubernetesApi = Field(default={}, validate_default=True)
     """The Kubernetes API server's addresses and port, the only ones its clients' NetworkPolicies
     allow (components/network.py, docs/network-policies.md). The default fits kind."""
+    monitoring: MonitoringConfig = MonitoringConfig()
+    """Prometheus Operator monitoring: PodMonitors, alerts, dashboards, store exporters (off by
+    default; components/monitoring.py, docs/monitoring.md)."""
 
     @model_validator(mode="after")
     def _watch_only_when_owner(self) -> "PlatformConfig":
@@ -317,6 +321,8 @@ class StackConfig(ConfigModel):
                 store = f"{project.name}-{project.store}"
                 taken = {store, *(f"{store}-{suffix}" for suffix in ("headless", "gossip", "auth", "databases")),
                          "default-deny", "allow-dns"}
+                if self.platform.monitoring.enabled:  # infra/monitoring.py: the exporter and scrape policies
+                    taken |= {f"{store}-exporter", f"{store}-exporter-scrape", "cloudstate-proxies-scrape"}
                 if service in taken:
                     raise problem(
                         f"'{service}' (the entity's Service and NetworkPolicy name) is already used by the "

@@ -86,6 +86,7 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
                 namespace=namespace.name,
                 client_namespaces=client_namespaces(stack.config),
                 image=versions.image("registry", stack.config.platform.image_mirror),
+                metrics=stack.config.platform.monitoring.enabled,  # /metrics on the debug port (docs/monitoring.md)
             ),
             stack.opts,
         )

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 import functools
+from pathlib import Path
 from typing import Iterable, Optional
 
 import jsonschema
 import kubernetes_validate
 import kubernetes_validate.utils
+import yaml
 
 SUPPORTED_VERSIONS = ["1.33", "1.34", "1.35", "1.36", "1.37"]
 """Kubernetes minor versions the platform supports and the tests validate against: the releases
@@ -33,6 +35,26 @@ def builtin_errors(obj: dict, version: str) -> list[str]:
     except kubernetes_validate.SchemaNotFoundError as error:
         return [f"{_name(obj)} @ {version}: no schema (removed or unknown API): {error.message}"]
     return []
+
+
+VENDORED_CRDS = Path(__file__).resolve().parent.parent / "components" / "crds"
+"""CRDs of operators the cluster runs but the program does not install (the Prometheus Operator's
+`monitoring.coreos.com`), copied verbatim with their provenance (components/crds/PROVENANCE.md)."""
+
+
+@functools.lru_cache(None)
+def _vendored_crds() -> tuple[dict, ...]:
+    return tuple(yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(VENDORED_CRDS.rglob("*.yaml")))
+
+
+def vendored_crds() -> list[dict]:
+    """The vendored CRDs (components/crds/), which every validation knows besides the rendered ones."""
+    return copy.deepcopy(list(_vendored_crds()))
+
+
+@functools.lru_cache(None)
+def _vendored_schemas() -> dict[tuple[str, str], dict]:
+    return crd_schemas(_vendored_crds())
 
 
 def crd_schemas(objects: Iterable[dict]) -> dict[tuple[str, str], dict]:
@@ -97,7 +119,7 @@ def is_builtin(obj: dict) -> bool:
 
 def validate_all(objects: list[dict], versions: Optional[list[str]] = None, extra_crds: Iterable[dict] = ()) -> list[str]:
     """Every problem of every object, for every supported Kubernetes version."""
-    schemas = crd_schemas([*objects, *extra_crds])
+    schemas = {**_vendored_schemas(), **crd_schemas([*objects, *extra_crds])}
     problems: list[str] = []
     for obj in objects:
         if is_builtin(obj):

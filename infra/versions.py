@@ -57,6 +57,12 @@ TAGS: dict[str, str] = {
     "armada-lookout-ingester": f"docker.io/gresearch/armada-lookout-ingester:{ARMADA}",
     "armada-event-ingester": f"docker.io/gresearch/armada-event-ingester:{ARMADA}",
     "armada-binoculars": f"docker.io/gresearch/armada-binoculars:{ARMADA}",
+    # Store exporters, deployed only with platform.monitoring.enabled (components/exporters.py).
+    # Not Docker official images, so no docker-library digest record: `python -m infra pin-images
+    # --missing` records theirs. postgres_exporter v0.20.1 (2026-07-07), redis_exporter v1.88.0
+    # (2026-07-23): the newest releases, tagged with their "v" as their release workflows push them.
+    "postgres-exporter": "docker.io/prometheuscommunity/postgres-exporter:v0.20.1",
+    "redis-exporter": "docker.io/oliver006/redis_exporter:v1.88.0",
     # Base images of the entities' own Dockerfiles (entities/*/Dockerfile; tests/test_entities.py
     # checks they match). The CloudState Node SDK (npm cloudstate 0.0.3, its only release there)
     # needs Node 12 for its native grpc module: build on the full image, run on the slim one.

@@ -201,8 +201,9 @@ def test_services_get_their_credentials_from_secrets(rendered):
     expected = {SERVER, SCHEDULER, *(executor_name(e) for e in settings.executors)}
     deployments = {o["metadata"]["name"]: o for o in objects(rendered, "Deployment") if o["metadata"]["namespace"] == settings.namespace}
     for name, deployment in deployments.items():
-        volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
-        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        # .get: not every Deployment there is an Armada service (monitoring's store exporters).
+        volumes = {v["name"]: v for v in pod_spec(deployment).get("volumes", [])}
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
         if name not in expected:
             assert "auth" not in volumes, name
             continue

@@ -54,8 +54,10 @@ def armada_objects(rendered) -> list[dict]:
 
 
 def deployments(rendered) -> dict[str, dict]:
-    """The Armada services' Deployments (dependencies run as StatefulSets)."""
-    return {o["metadata"]["name"]: o for o in armada_objects(rendered) if o["kind"] == "Deployment"}
+    """The Armada services' Deployments (dependencies run as StatefulSets; monitoring's store
+    exporters, components/exporters.py, are Deployments of another component)."""
+    return {o["metadata"]["name"]: o for o in armada_objects(rendered)
+            if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "armada"}
 
 
 def executors(rendered) -> list[str]:
