@@ -292,13 +292,24 @@ class Cassandra(Component):
                     "selector": {"matchLabels": kb.selector_labels(name)},
                     "template": {
                         "metadata": {"labels": kb.labels(name, "database")},
-                        "spec": server_pod_spec(name, args.namespace_name, image, settings),
+                        "spec": {
+                            **server_pod_spec(name, args.namespace_name, image, settings),
+                            # Nodes on different Kubernetes nodes when the cluster has them.
+                            **({"topologySpreadConstraints": kb.spread_over_nodes(kb.selector_labels(name))}
+                               if settings.replicas > 1 else {}),
+                        },
                     },
                     "volumeClaimTemplates": [volume_claim(settings.storage)],
                     "persistentVolumeClaimRetentionPolicy": KEEP_CLAIMS,
                 },
                 opts=self.child_opts(depends_on=[headless]),
             )
+            if settings.replicas > 1:
+                # One Cassandra node down at a time for drains and upgrades (components/k8s.py).
+                k8s.policy.v1.PodDisruptionBudget(
+                    f"{name}-pdb", **kb.disruption_budget(name, args.namespace, "database", kb.selector_labels(name)),
+                    opts=child,
+                )
             job = k8s.batch.v1.Job(
                 f"{name}-auth",
                 # A failed run is replaced on the next `up` instead of awaited again (postgres.REPLACE_UNREADY).

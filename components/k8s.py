@@ -115,6 +115,40 @@ def exec_probe(command: list[str], initial_delay: int = 5, period: int = 10, fai
     return _probe({"exec": {"command": command}}, initial_delay, period, failures)
 
 
+def disruption_budget(name: str, namespace: Optional[str], component: str, pod_selector: dict) -> dict:
+    """A policy/v1 PodDisruptionBudget's metadata and spec: voluntary evictions (node drains,
+    upgrades) take at most one of the selected pods at a time. Only for workloads of more than one
+    replica: with one, maxUnavailable 1 allows everything and minAvailable 1 would block every drain.
+    `unhealthyPodEvictionPolicy: AlwaysAllow` (GA in 1.31) lets a drain evict pods that are not
+    Ready anyway, so a crash-looping replica never blocks one."""
+    return {
+        "metadata": metadata(name, namespace, component),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": dict(pod_selector)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+
+
+def spread_over_nodes(pod_selector: dict, match_label_keys: tuple[str, ...] = ()) -> list[dict]:
+    """topologySpreadConstraints preferring the replicas on different nodes: a preference
+    (ScheduleAnyway), so a one-node cluster still runs them all. `match_label_keys` (e.g. a
+    Deployment's `pod-template-hash`) counts only pods of the same revision during a rollout."""
+    constraint: dict = {
+        "maxSkew": 1,
+        "topologyKey": HOSTNAME_TOPOLOGY,
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": dict(pod_selector)},
+    }
+    if match_label_keys:
+        constraint["matchLabelKeys"] = list(match_label_keys)
+    return [constraint]
+
+
 def secret_env(name: str, secret: str, key: str) -> dict:
     """An environment variable read from a Secret key (never a literal value)."""
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}

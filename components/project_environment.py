@@ -312,5 +312,16 @@ class ProjectEnvironment(Component):
                 spec=replicas_hpa_spec(entity.service_name, entity.replicas),
                 opts=child,
             )
+            if entity.replicas > 1:
+                # The pods are the operator's, but a budget only selects pods: it holds whatever
+                # carries the label the operator puts on them (as the NetworkPolicy above), and the
+                # disruption controller finds their Deployment through the ReplicaSet. A drain then
+                # evicts one proxy at a time and the Akka cluster hands its shards over. Their
+                # spreading over nodes is not ours to set: the v0.5 schema has no affinity.
+                k8s.policy.v1.PodDisruptionBudget(
+                    f"{name}-{entity.service_name}-pdb",
+                    **kb.disruption_budget(entity.service_name, ns, component, {SERVICE_LABEL: entity.service_name}),
+                    opts=child,
+                )
             self.services.append(entity.service_name)
         self.register_outputs({"namespace": self.namespace, "services": self.services})

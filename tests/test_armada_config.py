@@ -400,7 +400,8 @@ def test_an_executor_pool_the_scheduler_lacks_is_a_config_error():
     "armada, where",
     [
         ({"executors": [{"name": "a"}, {"name": "a"}]}, "armada.executors[1].name: 'a'"),
-        ({"scheduler": {"replicas": 2}}, "armada.scheduler.replicas: 2"),
+        ({"scheduler": {"replicas": 4}}, "armada.scheduler.replicas: 4"),  # 1 standalone, 2-3 elect a leader
+        ({"scheduler": {"extra": {"Leader": {"mode": "standalone"}}}}, "armada.scheduler.extra.Leader"),
         ({"executors": [{"name": "a", "replicas": 2}]}, "armada.executors[0].replicas: 2"),
         ({"auth": {"permissionGroupMapping": {"submit_jobs": ["x"]}}}, "armada.auth.permissionGroupMapping.submit_jobs"),
         ({"priorityClasses": {"low": {"priority": 1, "preemptible": True}}}, "armada.priorityClasses"),

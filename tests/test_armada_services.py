@@ -121,14 +121,14 @@ def test_no_service_link_env_that_armada_would_read_as_config(rendered):
             assert spec["enableServiceLinks"] is False, name
 
 
-def test_probes_only_on_services_with_a_health_endpoint(rendered):
+def test_probes_on_health_or_on_metrics_where_there_is_no_health_endpoint(rendered):
     for name, deployment in deployments(rendered).items():
         [container] = pod_spec(deployment)["containers"]
         has_health = name in WITH_HEALTH or name.startswith("armada-executor-")
-        assert ("readinessProbe" in container) == has_health, name
-        assert ("livenessProbe" in container) == has_health, name
-        if has_health:
-            assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+        # The ingesters serve only /metrics (tests/test_availability.py checks the port and source).
+        expected = {"path": "/health", "port": "http"} if has_health else {"path": "/metrics", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == expected, name
+        assert container["livenessProbe"]["httpGet"] == expected, name
 
 
 def test_services_expose_the_ports_the_containers_and_configs_use(rendered):

@@ -16,7 +16,7 @@ Who is who (each user only in its own group; Armada also puts everyone in `every
 | `admin` (people, armadactl) | server, binoculars | `armada-admins` | what `auth.permissionGroupMapping` grants (default: everything) |
 | `auth.users[*]` | server, binoculars | their `groups` | what the mapping grants those groups |
 | `cloudstation-queues` (`pulumi up`) | server | `cloudstation-queue-managers` | create_queue, delete_queue |
-| `cloudstation-scheduler` | server | none | read queues (needs no permission) |
+| `cloudstation-scheduler` | server; the other schedulers (more than one replica) | none | read queues; a non-leader asks the leader for scheduling reports (neither needs a permission) |
 | `cloudstation-server` | scheduler | none | scheduling reports (need no permission) |
 | `cloudstation-executor-<name>` | scheduler | `cloudstation-executors` | execute_jobs |
 """
@@ -68,7 +68,11 @@ def server_principals(config: ArmadaConfig) -> list[Principal]:
 
 
 def scheduler_principals(config: ArmadaConfig) -> list[Principal]:
-    return [Principal(SERVER_USER), *(Principal(executor_user(e), (EXECUTORS,)) for e in config.executors)]
+    found = [Principal(SERVER_USER), *(Principal(executor_user(e), (EXECUTORS,)) for e in config.executors)]
+    if config.scheduler.replicas > 1:
+        # A non-leader proxies scheduling reports to the leader (config.py leader_election).
+        found.append(Principal(SCHEDULER_USER))
+    return found
 
 
 def binoculars_principals(config: ArmadaConfig) -> list[Principal]:
@@ -106,10 +110,14 @@ def server_auth_file(config: ArmadaConfig, passwords: Mapping[str, str]) -> dict
 
 
 def scheduler_auth_file(config: ArmadaConfig, passwords: Mapping[str, str]) -> dict:
-    return {
+    document = {
         **users_section(scheduler_principals(config), passwords),
         **client_section("armadaApi", SCHEDULER_USER, passwords),
     }
+    if config.scheduler.replicas > 1:
+        # Merged into the `leader` section of the override file (Viper merges maps across files).
+        document["leader"] = client_section("leaderConnection", SCHEDULER_USER, passwords)
+    return document
 
 
 def executor_auth_file(executor: ExecutorSettings, passwords: Mapping[str, str]) -> dict:

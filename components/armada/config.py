@@ -187,6 +187,53 @@ def server_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
     return _finish(generated, server.extra)
 
 
+SCHEDULER_LEASE = "armada-scheduler"
+"""The Lease the schedulers elect their leader with (the default file's `leader.leaseLockName`)."""
+LEADER_IDENTITY_ENV = "ARMADA_LEADER_PODNAME"
+"""`leader.podName`: each scheduler's identity in the Lease (the override file has the key)."""
+LEASE_TIMING = {"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}
+"""The default file's values, written out: client-go requires leaseDuration > renewDeadline >
+1.2 x retryPeriod (tools/leaderelection/leaderelection.go NewLeaderElector). A new leader takes
+over at most leaseDuration after the old one stops renewing."""
+
+
+def leader_election(config: ArmadaConfig, endpoints: Endpoints) -> dict:
+    """The scheduler's `leader` section. One replica stays standalone (the default file's mode:
+    the process is always the leader, v0.22.7 internal/leaderelection/leader.go
+    StandaloneLeaderController) and the section is left out. More replicas elect a leader through
+    a Lease in the Armada namespace (KubernetesLeaderController: client-go LeaseLock, which gets,
+    creates and updates that one Lease); only the leader schedules, every replica serves the
+    executor API from the database.
+
+    A non-leader proxies scheduling-report calls to the leader at `leaderConnection.armadaUrl`
+    with `<name>` replaced by the Lease holder's identity (leader_client.go getClientByName). A
+    Deployment's pod names resolve in no DNS (only pods with spec.hostname and a headless
+    subdomain, i.e. StatefulSets', get records), so the identity is the pod's IP
+    (LEADER_IDENTITY_ENV from status.podIP, unique among running pods) and the URL dials it
+    directly; the brackets make an IPv6 address valid and are accepted around IPv4 too (grpc.Dial's
+    passthrough target goes to Go's net.Dial, which splits it with net.SplitHostPort). Plaintext
+    and basic auth as every in-cluster connection (G1; the user is in the credentials file)."""
+    if config.scheduler.replicas == 1:
+        return {}
+    return {
+        "leader": {
+            "mode": "kubernetes",
+            "leaseLockName": SCHEDULER_LEASE,
+            "leaseLockNamespace": endpoints.namespace,
+            **LEASE_TIMING,
+            # A placeholder, so ARMADA_LEADER_PODNAME overrides a key of this file whatever the
+            # image's default file holds (Viper applies an env var only to a key it has; NOTES §2).
+            "podName": "",
+            "leaderConnection": {"armadaUrl": f"[<name>]:{SCHEDULER_PORTS['grpc']}", "forceNoTls": True},
+        }
+    }
+
+
+def leader_identity_env() -> dict:
+    """The scheduler's Lease identity: its pod IP, through the downward API (see leader_election)."""
+    return {"name": LEADER_IDENTITY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+
 def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
     scheduler = config.scheduler
     generated = {
@@ -208,6 +255,7 @@ def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
                 for name, pc in config.priority_classes.items()
             },
         },
+        **leader_election(config, endpoints),
     }
     return _finish(generated, scheduler.extra)
 

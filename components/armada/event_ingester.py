@@ -21,7 +21,8 @@ def event_ingester_spec(args: ArmadaArgs) -> ServiceSpec:
         resources=settings.resources,
         replicas=settings.replicas,
         env=redis_env("redis", args.endpoints),
-        service=False,  # no health endpoint, metrics only (NOTES §1)
+        metrics_probe=True,  # no health endpoint (NOTES §1): probed on /metrics (workload.container)
+        service=False,  # metrics only, scraped by pod
     )
 
 

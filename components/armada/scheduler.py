@@ -4,15 +4,39 @@ from __future__ import annotations
 from typing import Optional
 
 import pulumi
+import pulumi_kubernetes as k8s
 
-from components.armada.config import SCHEDULER, SCHEDULER_PORTS, postgres_env, scheduler_config
+from components.armada.config import (
+    SCHEDULER, SCHEDULER_LEASE, SCHEDULER_PORTS, leader_identity_env, postgres_env, scheduler_config,
+)
 from components.armada.service import ArmadaArgs, ArmadaService
-from components.armada.workload import SCHEDULER_CLIENTS, ServiceSpec, TaskSpec, config_args
-from components.network import any_source
+from components.armada.workload import COMPONENT, SCHEDULER_CLIENTS, ServiceSpec, TaskSpec, config_args
+from components.k8s import metadata, selector_labels
+from components.network import any_source, pods
+
+LEADER_ROLE = f"{SCHEDULER}-leader-election"
+LEASE_RULES = [
+    # RBAC cannot limit `create` by name (the name is not part of the request's URL), so creating
+    # is granted for leases in the Armada namespace; reading and renewing only for the one Lease.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [SCHEDULER_LEASE],
+     "verbs": ["get", "update"]},
+]
+"""What leader election does with its Lease: client-go's LeaseLock (tools/leaderelection/
+resourcelock/leaselock.go) only gets, creates and updates it; releasing on shutdown is an update
+(v0.22.7 internal/leaderelection/leader.go: ReleaseOnCancel, no event recorder)."""
+
+
+def replicated(args: ArmadaArgs) -> bool:
+    return args.config.scheduler.replicas > 1
 
 
 def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
     settings = args.config.scheduler
+    grpc_callers = SCHEDULER_CLIENTS if settings.restrict_grpc else tuple(any_source())
+    if replicated(args) and settings.restrict_grpc:
+        # A non-leader forwards scheduling-report calls to the leader (config.py leader_election).
+        grpc_callers = (*grpc_callers, pods(selector_labels(SCHEDULER)))
     return ServiceSpec(
         name=SCHEDULER,
         image=args.image,
@@ -22,14 +46,31 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         resources=settings.resources,
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
+        pod_env=[leader_identity_env()] if replicated(args) else [],
         health=True,
         credentials=args.credentials,
-        # leader.mode standalone: every scheduler process considers itself the leader
-        # (v0.22.7 internal/leaderelection/leader.go, StandaloneLeaderController), so two during
-        # a rollout would both schedule and lease the same jobs.
-        single_writer=True,
-        callers={"grpc": SCHEDULER_CLIENTS if settings.restrict_grpc else tuple(any_source())},
+        # More than one replica elect a leader through a Lease on the API server.
+        api_access=replicated(args),
+        # One replica runs leader.mode standalone: every scheduler process considers itself the
+        # leader (v0.22.7 internal/leaderelection/leader.go, StandaloneLeaderController), so two
+        # during a rollout would both schedule and lease the same jobs. Elected leaders may
+        # overlap in a rollout: only the Lease holder schedules.
+        single_writer=not replicated(args),
+        callers={"grpc": grpc_callers},
     )
+
+
+def leader_role(namespace: str) -> dict:
+    """The Role of the schedulers' leader election, in the Armada namespace only."""
+    return {"metadata": metadata(LEADER_ROLE, namespace, COMPONENT), "rules": LEASE_RULES}
+
+
+def leader_role_binding(namespace: str) -> dict:
+    return {
+        "metadata": metadata(LEADER_ROLE, namespace, COMPONENT),
+        "role_ref": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEADER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": SCHEDULER, "namespace": namespace}],
+    }
 
 
 def migration_task(args: ArmadaArgs) -> TaskSpec:
@@ -60,6 +101,15 @@ class Scheduler(ArmadaService):
 
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Scheduler", name, opts)
+        lease_access: list[pulumi.Resource] = []
+        if replicated(args):
+            namespace = args.endpoints.namespace
+            role = k8s.rbac.v1.Role(f"{name}-leader-role", **leader_role(namespace), opts=self.child_opts())
+            binding = k8s.rbac.v1.RoleBinding(
+                f"{name}-leader-binding", **leader_role_binding(namespace), opts=self.child_opts(depends_on=[role])
+            )
+            # Without the grant a scheduler cannot take the Lease and never schedules.
+            lease_access = [role, binding]
         self._deploy(
             name,
             scheduler_spec(args),
@@ -67,5 +117,6 @@ class Scheduler(ArmadaService):
             migration=migration_task(args),
             pruner=pruner_task(args),
             start_after=args.start_after,
+            pods_need=lease_access,
         )
         self.register_outputs({"service_name": self.service_name})

@@ -26,7 +26,9 @@ def scheduler_ingester_spec(args: ArmadaArgs) -> ServiceSpec:
         resources=settings.resources,
         replicas=settings.replicas,
         env=postgres_env(args.endpoints),
-        # No HTTP health endpoint (NOTES §1): no probes, and no Service (metrics are scraped by pod).
+        # No health endpoint (NOTES §1): probed on /metrics (workload.container), and no Service
+        # (metrics are scraped by pod).
+        metrics_probe=True,
         service=False,
     )
 

@@ -17,7 +17,8 @@ from components.armada.cluster import binding_name, cluster_role_binding, role_b
 from components.armada.config import CONFIG_FILE, Endpoints
 from components.armada.settings import ArmadaConfig
 from components.armada.workload import (
-    COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, service, service_network_policy, tasks_network_policy,
+    COMPONENT, ServiceSpec, TaskSpec, cron_job, deployment, job, pod_disruption_budget, service, service_network_policy,
+    tasks_network_policy,
 )
 from components.k8s import metadata
 from components.component import Component
@@ -85,7 +86,10 @@ class ArmadaService(Component):
         migration: Optional[TaskSpec] = None,
         pruner: Optional[tuple[TaskSpec, str]] = None,
         start_after: Sequence[pulumi.Resource] = (),
+        pods_need: Sequence[pulumi.Resource] = (),
     ) -> None:
+        """`pods_need`: what the service's pods (not its Jobs) need before they start, e.g. the
+        scheduler's Lease Role."""
         child = self.child_opts()
         self.spec = spec
         namespace = endpoints.namespace
@@ -131,8 +135,15 @@ class ArmadaService(Component):
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deploy",
             **deployment(spec, namespace, config_map_name, config_text.apply(checksum), account_name),
-            opts=self.child_opts(depends_on=[*waits, *policies]),
+            opts=self.child_opts(depends_on=[*waits, *policies, *pods_need]),
         )
+        budget = pod_disruption_budget(spec, namespace)
+        if budget is not None:
+            # Nothing awaits it, and a change updates it in place: pulumi-kubernetes v4.34.2 has no
+            # awaiter for policy/v1 PodDisruptionBudget (provider/pkg/await/awaiters.go) and forces
+            # a replacement only for policy/v1beta1's spec (provider/pkg/provider/diff.go forceNew;
+            # infra/engine.py FORCE_NEW).
+            k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **budget, opts=child)
 
         if spec.service:
             svc = k8s.core.v1.Service(f"{name}-svc", **service(spec, namespace), opts=child)

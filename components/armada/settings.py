@@ -49,6 +49,8 @@ class ServiceSettings(ConfigModel):
     """What every Armada service has: replicas, resources and a free-form config override."""
 
     replicas: int = Field(default=1, ge=1, le=10)
+    """Pods of the service. More than 1 adds a PodDisruptionBudget (one pod evicted at a time)
+    and spreads the pods over nodes (docs/armada.md, "High availability")."""
     resources: Resources = SERVICE_RESOURCES
     """Requests and limits (default 25m/64Mi -> 500m/256Mi; docs/armada.md has prod sizes)."""
     extra: dict[str, Any] = {}
@@ -78,8 +80,10 @@ class ServerSettings(ServiceSettings):
 class SchedulerSettings(ServiceSettings):
     """The scheduler; `pools` are the pools it schedules (every executor's pool must be one)."""
 
-    replicas: int = 1
-    """Only 1: more replicas need `leader.mode: kubernetes` and Lease RBAC (G10)."""
+    replicas: int = Field(default=1, ge=1, le=3)
+    """1 runs standalone (`leader.mode: standalone`, Recreate rollouts); 2 or 3 elect a leader
+    through a Lease (`leader.mode: kubernetes`, with a Role on that one Lease) and roll one pod at
+    a time. Every replica keeps the job database in memory, so each costs its full `resources`."""
     resources: Resources = SCHEDULER_RESOURCES
     """Requests and limits (default 100m/192Mi -> 1/1Gi)."""
     pools: list[DnsLabel] = Field(default=["default"], min_length=1)
@@ -91,15 +95,17 @@ class SchedulerSettings(ServiceSettings):
     expire_after: str = Field(default="2h", pattern=r"^[0-9]+(s|m|h)$")
     """Pruner: how long finished jobs are kept in the scheduler database."""
 
-    @field_validator("replicas")
+    @field_validator("extra")
     @classmethod
-    def _one(cls, value: int) -> int:
-        if value != 1:
+    def _leader_follows_replicas(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        # Standalone with two replicas would run two leaders; kubernetes mode with one has no Lease RBAC.
+        found, value = _config_value(extra, ("leader",))
+        if value is not None:
             raise problem(
-                "must be 1: more schedulers need leader election (leader.mode kubernetes and Lease RBAC), "
-                "which this installation does not set up (armada/NOTES.md G10)"
+                "the scheduler's leader election follows `replicas` (1: standalone; more: a Lease with its "
+                "Role, docs/armada.md 'High availability'); remove `leader`", f".{found[0]}", value,
             )
-        return value
+        return extra
 
 
 class ExecutorSettings(ServiceSettings):
@@ -115,7 +121,8 @@ class ExecutorSettings(ServiceSettings):
     cluster_id: Optional[DnsLabel] = None
     """Armada's `application.clusterId`; unset means `name`."""
     replicas: int = 1
-    """Only 1: Armada runs one executor per cluster (G10)."""
+    """Only 1: the cluster id is the executor's identity at the scheduler; add an entry
+    per cluster instead."""
     resources: Resources = EXECUTOR_RESOURCES
     """Requests and limits (default 50m/96Mi -> 500m/512Mi)."""
 
@@ -123,7 +130,11 @@ class ExecutorSettings(ServiceSettings):
     @classmethod
     def _one(cls, value: int) -> int:
         if value != 1:
-            raise problem("must be 1: Armada runs one executor per cluster (armada/NOTES.md G10)")
+            raise problem(
+                "must be 1: an executor's cluster id is its identity at the scheduler, and two pods with one "
+                "id would both be leased the same job runs; scale out with one "
+                "`executors` entry per cluster instead"
+            )
         return value
 
 

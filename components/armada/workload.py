@@ -16,7 +16,10 @@ from components.armada.auth import AUTH_DIR, AUTH_FILE, AUTH_PATH, ServiceCreden
 from components.armada.config import (
     CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, SCHEDULER, SCHEDULER_PORTS, SERVER, SERVER_PORTS, Endpoints, go_memory_limit_env,
 )
-from components.k8s import Resources, container_security, http_probe, labels, metadata, pod_security, selector_labels
+from components.k8s import (
+    Resources, container_security, disruption_budget, http_probe, labels, metadata, pod_security, selector_labels,
+    spread_over_nodes,
+)
 from components.postgres import PORT as POSTGRES_PORT
 from components.pulsar import ADMIN_PORT as PULSAR_ADMIN_PORT, BROKER_PORT as PULSAR_PORT
 from components.redis import RedisSettings
@@ -25,6 +28,7 @@ ARMADA_UID = 1000
 ARMADA_GID = 2000
 COMPONENT = "armada"
 HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
 SCHEDULER_CLIENT = {"armada.cloudstation.io/scheduler-client": "true"}
 """Pod label of the services allowed to call the scheduler's gRPC API (server, executors)."""
 
@@ -46,6 +50,11 @@ class ServiceSpec:
     env: list[dict] = field(default_factory=list)
     health: bool = False
     """Whether the service serves GET /health on its `http` port (probes)."""
+    metrics_probe: bool = False
+    """Probe GET /metrics on the `metrics` port instead, for services that serve nothing else
+    (the ingesters; see `container`)."""
+    pod_env: list[dict] = field(default_factory=list)
+    """Environment of the service's own pods only, not of its migration and pruning Jobs."""
     service: bool = True
     """Whether it gets a ClusterIP Service (ingesters are only scraped, they get none)."""
     api_access: bool = False
@@ -102,6 +111,7 @@ def container(
     ports: Optional[dict[str, int]] = None,
     health: bool = False,
     credentials: Optional[ServiceCredentials] = None,
+    metrics_probe: bool = False,
 ) -> dict:
     spec = {
         "name": name,
@@ -120,6 +130,15 @@ def container(
         # /health answers 204 once started (about 10 s), 503 otherwise (NOTES §1).
         spec["readinessProbe"] = http_probe(HEALTH_PATH, "http", initial_delay=5, period=10, failures=2)
         spec["livenessProbe"] = http_probe(HEALTH_PATH, "http", initial_delay=20, period=10, failures=3)
+    elif metrics_probe:
+        # The ingesters serve no health endpoint: their only listener is the Prometheus handler
+        # at /metrics on `metricsPort` (v0.22.7 internal/common/startup.go ServeMetricsFor, started
+        # by internal/{scheduleringester,lookoutingester,eventingester}/ingester.go Run after the
+        # database pool opens, before the Pulsar pipeline runs). A pipeline that fails ends Run
+        # and the process, so the probes tell a started, serving process from a stuck or gone
+        # one: readiness for rollouts and disruption budgets, liveness for a hung process.
+        spec["readinessProbe"] = http_probe(METRICS_PATH, "metrics", initial_delay=5, period=10, failures=3)
+        spec["livenessProbe"] = http_probe(METRICS_PATH, "metrics", initial_delay=20, period=20, failures=3)
     return spec
 
 
@@ -151,7 +170,8 @@ def pod_spec(
 
 def service_container(spec: ServiceSpec) -> dict:
     return container(
-        spec.name, spec.image, spec.args, spec.env, spec.resources, spec.ports, spec.health, spec.credentials
+        spec.name, spec.image, spec.args, [*spec.env, *spec.pod_env], spec.resources, spec.ports, spec.health,
+        spec.credentials, spec.metrics_probe,
     )
 
 
@@ -162,7 +182,22 @@ ROLLING_UPDATE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "max
 def deployment(
     spec: ServiceSpec, namespace: Any, config_map: Any, config_checksum: Any, service_account: Any = None
 ) -> dict:
-    """The Deployment's metadata and spec; the checksum annotation rolls pods on config changes."""
+    """The Deployment's metadata and spec; the checksum annotation rolls pods on config changes.
+    Replicated services prefer their pods on different nodes (a node's loss or drain takes one)."""
+    template_spec = pod_spec(
+        service_account or spec.name,
+        config_map,
+        [service_container(spec)],
+        api_access=spec.api_access,
+        termination_grace_seconds=spec.termination_grace_seconds,
+        credentials=spec.credentials,
+    )
+    if spec.replicas > 1:
+        # pod-template-hash: only the current ReplicaSet's pods count, so a rollout spreads its
+        # new pods too (matchLabelKeys, beta and on by default since 1.27).
+        template_spec["topologySpreadConstraints"] = spread_over_nodes(
+            selector_labels(spec.name), match_label_keys=("pod-template-hash",)
+        )
     return {
         "metadata": metadata(spec.name, namespace, COMPONENT),
         "spec": {
@@ -177,17 +212,18 @@ def deployment(
                         **({"cloudstation.io/credentials-checksum": spec.credentials.checksum} if spec.credentials else {}),
                     },
                 },
-                "spec": pod_spec(
-                    service_account or spec.name,
-                    config_map,
-                    [service_container(spec)],
-                    api_access=spec.api_access,
-                    termination_grace_seconds=spec.termination_grace_seconds,
-                    credentials=spec.credentials,
-                ),
+                "spec": template_spec,
             },
         },
     }
+
+
+def pod_disruption_budget(spec: ServiceSpec, namespace: Any) -> Optional[dict]:
+    """A replicated service's PodDisruptionBudget over exactly its Deployment's pods (its
+    selector); None for one replica (components/k8s.py disruption_budget)."""
+    if spec.replicas <= 1:
+        return None
+    return disruption_budget(spec.name, namespace, COMPONENT, selector_labels(spec.name))
 
 
 def service(spec: ServiceSpec, namespace: Any) -> dict:
@@ -236,6 +272,10 @@ def service_egress(spec: ServiceSpec, endpoints: Endpoints) -> list[dict]:
         rules.append(network.egress([network.pods(selector_labels(SCHEDULER))], [SCHEDULER_PORTS["grpc"]]))
     if "armadaApi" in config:
         rules.append(network.egress([network.pods(selector_labels(SERVER))], [SERVER_PORTS["grpc"]]))
+    if (config.get("leader") or {}).get("mode") == "kubernetes":
+        # A non-leader scheduler proxies scheduling reports to the leader's gRPC port (config.py
+        # leader_election); the Lease itself is on the API server (api_access).
+        rules.append(network.egress([network.pods(selector_labels(spec.name))], [spec.ports["grpc"]]))
     if spec.api_access:
         rules.append(network.kubernetes_api(endpoints.kubernetes_api))
     return rules
