@@ -5,22 +5,84 @@ pass them straight to pulumi-kubernetes and tests compare them without translati
 """
 from __future__ import annotations
 
-from typing import Optional
+import math
+import re
+from typing import Annotated, Optional
 
-from pydantic import Field
+from pydantic import AfterValidator, BeforeValidator
 
-from components.model import ConfigModel
+from components.model import ConfigModel, problem
 
 PART_OF = "cloudstation"
+
+
+def _number_to_quantity(milli: bool):
+    """A quantity written as a number is meant as that quantity: `pulumi config set --path ... 2`
+    stores the integer 2 (pulumi/pulumi sdk/go/common/resource/config/value.go `coerceObject`), and
+    YAML reads `cpuLimit: 0.5` as a float. Kubernetes quantities are text: 2 -> "2", and for CPU
+    0.5 -> "500m" (the form the API server stores)."""
+
+    def convert(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value  # text is checked by the pattern; true/false is refused as not text
+        if isinstance(value, float) and not math.isfinite(value):
+            return value
+        if value == int(value):
+            return str(int(value))
+        millis = value * 1000
+        if milli and abs(millis - round(millis)) < 1e-6:
+            return f"{round(millis)}m"
+        return repr(value)
+
+    return BeforeValidator(convert)
+
+
+_CPU = re.compile(r"[0-9]+(\.[0-9]{1,3})?|[0-9]+m")
+_MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGTPE]i|[kMGTPE])?")
+_MEMORY_FACTOR = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def _cpu(value: str) -> str:
+    if not _CPU.fullmatch(value):
+        raise problem("must be a CPU quantity: cores (1, 0.5, at most 3 decimals) or millicores (500m)")
+    return value
+
+
+def _memory(value: str) -> str:
+    match = _MEMORY.fullmatch(value)
+    if not match:
+        raise problem("must be a memory quantity in bytes with a unit: 512Mi, 2Gi (binary) or 500M, 1G (decimal); "
+                      "not m, which means thousandths of a byte")
+    if float(match[1]) * _MEMORY_FACTOR[match[2] or ""] < 2**20:
+        raise problem(f"is {value} bytes, less than 1Mi: no container runs in that; write the unit, e.g. 512Mi or 2Gi")
+    return value
+
+
+CpuQuantity = Annotated[str, _number_to_quantity(milli=True), AfterValidator(_cpu)]
+"""A CPU quantity; numbers are accepted (2 -> "2", 0.5 -> "500m")."""
+
+MemoryQuantity = Annotated[str, _number_to_quantity(milli=False), AfterValidator(_memory)]
+"""A memory quantity of at least 1Mi; numbers are bytes."""
+
+
+def _storage_size(value: str) -> str:
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)", value):
+        raise problem("must be a size with a binary unit: Ki, Mi, Gi or Ti, e.g. 10Gi (a bare number would be bytes)")
+    return value
+
+
+StorageSize = Annotated[str, _number_to_quantity(milli=False), AfterValidator(_storage_size)]
+"""A volume size such as 10Gi; a number is turned into text and refused for its missing unit."""
 
 
 class Resources(ConfigModel):
     """Requests and limits of one container."""
 
-    cpu_request: str = "100m"
-    memory_request: str = "128Mi"
-    cpu_limit: str = "500m"
-    memory_limit: str = "512Mi"
+    cpu_request: CpuQuantity = "100m"
+    memory_request: MemoryQuantity = "128Mi"
+    cpu_limit: CpuQuantity = "500m"
+    memory_limit: MemoryQuantity = "512Mi"
 
     def spec(self) -> dict:
         return {
@@ -32,7 +94,7 @@ class Resources(ConfigModel):
 class Storage(ConfigModel):
     """A persistent volume claim's size and class."""
 
-    size: str = Field(default="10Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)$")
+    size: StorageSize = "10Gi"
     storage_class: Optional[str] = None
     """StorageClass name; unset uses the cluster's default class."""
 

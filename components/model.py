@@ -34,6 +34,13 @@ def problem(allowed: str, subpath: str = "", value: object = None) -> PydanticCu
     )
 
 
+def problems(found: list[PydanticCustomError]) -> PydanticCustomError:
+    """Several problems a model check found, as one error that infra/config.py reports line by line:
+    switching a mode reports everything the new mode needs at once, not one key per run."""
+    first, *rest = found
+    return PydanticCustomError("cloudstation", "{allowed}", {**first.context, "more": [e.context for e in rest]})
+
+
 def unique_names(items: list, what: str) -> list:
     """For a list validator: every item's `name` once; the error points at the repeated name."""
     seen: set[str] = set()
@@ -53,15 +60,18 @@ def check_mode_keys(
     mode): a field the chosen mode would ignore is a mistake in the stack file, not something to drop.
     `required` maps a mode to {field: what it is} for fields that mode needs.
     """
+    found = []
     for field in sorted(model.model_fields_set):
         modes = [name for name, fields in only.items() if field in fields]
         if modes and mode not in modes:
             value = getattr(model, field)
             shown = value.model_dump(by_alias=True, mode="json") if isinstance(value, BaseModel) else value
-            raise problem(f"only allowed when mode is {' or '.join(repr(m) for m in modes)}", "." + to_camel(field), shown)
+            found.append(problem(f"only allowed when mode is {' or '.join(repr(m) for m in modes)}", "." + to_camel(field), shown))
     for field, what in required.get(mode, {}).items():
         if getattr(model, field) is None:
-            raise problem(f"required when mode is '{mode}': {what}", "." + to_camel(field), None)
+            found.append(problem(f"required when mode is '{mode}': {what}", "." + to_camel(field), None))
+    if found:
+        raise problems(found)
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

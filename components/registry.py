@@ -29,7 +29,7 @@ from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, mode
 
 from components import k8s as kube
 from components import network
-from components.model import ConfigModel, DnsLabel, problem
+from components.model import ConfigModel, DnsLabel, problem, problems
 from components.component import Component
 from components.entity_image import BuildPlatform
 
@@ -155,32 +155,35 @@ class RegistryConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _per_mode(self, info: ValidationInfo) -> "RegistryConfig":
+        # Every problem at once (components/model.py `problems`): a mode switch names all it needs.
+        found = []
         allowed = MODE_KEYS[self.mode]
         for modes_key in sorted({k for keys in MODE_KEYS.values() for k in keys} - set(allowed)):
             if modes_key in self.model_fields_set:
                 modes = [mode for mode, keys in MODE_KEYS.items() if modes_key in keys]
                 alias = type(self).model_fields[modes_key].alias or modes_key
-                raise problem(f"only for mode: {' or '.join(modes)}", "." + alias, _plain(getattr(self, modes_key)))
+                found.append(problem(f"only for mode: {' or '.join(modes)}", "." + alias, _plain(getattr(self, modes_key))))
         if self.mode == "managed" and self.load_balancer and not self.load_balancer_source_ranges:
-            raise problem(
+            found.append(problem(
                 "loadBalancer needs the client CIDRs it admits (the NetworkPolicy denies all others)",
                 ".loadBalancerSourceRanges",
                 [],
-            )
-        if self.mode != "external":
-            return self
-        if self.url is None:
-            raise problem("mode: external needs the registry's url", ".url", None)
-        if "username" not in self.model_fields_set:
-            raise problem("mode: external needs the registry's username (`AWS` for ECR)", ".username", None)
-        secrets = (info.context or {}).get("secrets")
-        if secrets is not None and PASSWORD_KEY not in secrets:
-            raise problem(
-                f"mode: external needs the password as a secret: "
-                f"pulumi config set --secret cloudstation:{PASSWORD_KEY} <password>",
-                f" ({PASSWORD_KEY})",
-                None,
-            )
+            ))
+        if self.mode == "external":
+            if self.url is None:
+                found.append(problem("mode: external needs the registry's url", ".url", None))
+            if "username" not in self.model_fields_set:
+                found.append(problem("mode: external needs the registry's username (`AWS` for ECR)", ".username", None))
+            secrets = (info.context or {}).get("secrets")
+            if secrets is not None and PASSWORD_KEY not in secrets:
+                found.append(problem(
+                    f"mode: external needs the password as a secret: "
+                    f"pulumi config set --secret cloudstation:{PASSWORD_KEY} <password>",
+                    f" ({PASSWORD_KEY})",
+                    None,
+                ))
+        if found:
+            raise problems(found)
         return self
 
     @property

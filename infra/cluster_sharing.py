@@ -23,7 +23,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
-import yaml
 
 if TYPE_CHECKING:
     from infra.config import StackConfig
@@ -81,12 +80,14 @@ def stack_of(source: str) -> Optional[str]:
 
 def _raw(path: Path) -> dict:
     """A stack file's `cloudstation:` values, parsed like the engine passes them (JSON strings)."""
-    document = yaml.safe_load(path.read_text()) or {}
+    from infra import stack_yaml  # read as the CLI reads it: a malformed file is a ConfigError naming it
+    from infra.config import parse_value
+
     values = {}
-    for key, value in (document.get("config") or {}).items():
+    for key, value in stack_yaml.read(path).items():
         namespace, _, name = key.partition(":")
         if namespace == PROJECT:
-            values[name] = json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
+            values[name] = parse_value(value) if isinstance(value, str) and value[:1] in "[{" else value
     return values
 
 
@@ -101,7 +102,9 @@ def owner_config(config: "StackConfig", root: Path) -> "StackConfig":
                            "stack that owns this cluster (ownsClusterResources: true)"], "stack config")
     values = {f"{PROJECT}:{k}": json.dumps(v) for k, v in _raw(path).items()}
     try:
-        return load(values, source=path.name)  # without root: no cross-stack check of its own
+        # Without root: no cross-stack check of its own; and an owner's images are no concern here
+        # (a prod owner is promoted only after the stacks sharing its cluster deployed).
+        return load(values, source=path.name, require_images=False)
     except ConfigError as error:
         raise ConfigError([f"{PROJECT}:{OWNER_KEY}: {owner!r} — {path.name}, the owner's stack file, has problems "
                            "of its own; fix them first:", *[f"  {p}" for p in error.problems]], "stack config") from None
@@ -142,12 +145,13 @@ def problems(config: "StackConfig", source: str, root: Path) -> list[str]:
         if other is None or other == stack:
             continue
         values = _raw(path)
-        platform = values.get("platform") or {}
+        platform = values.get("platform") if isinstance(values.get("platform"), dict) else {}
         if platform.get("ownsClusterResources", True) is not False or platform.get("clusterOwnerStack", default("cluster_owner_stack")) != stack:
             continue
         namespaces = entity_namespaces(
             platform.get("namespace", default("namespace")), str(values.get("environment")),
-            [p.get("name") for p in values.get("projects") or [] if isinstance(p, dict)],
+            [p.get("name") for p in values.get("projects") if isinstance(p, dict)]
+            if isinstance(values.get("projects"), list) else [],
         )
         missing = [ns for ns in namespaces if ns not in watched]
         if missing:

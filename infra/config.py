@@ -20,7 +20,7 @@ import types
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Optional
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -45,6 +45,57 @@ SECRET_KEYS: dict[str, str] = {}
 """`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
 SECRET_KEYS[REGISTRY_PASSWORD_KEY] = "password or token of the external registry (platform.registry.mode: external)"
 SECRET_KEYS[QUEUE_API_PASSWORD_KEY] = "password of platform.armada.queueApi.username (Armada queue API basic auth)"
+
+PROMOTE_HINT = "deploy test (`pulumi up -s test`), then run `python -m infra promote --from test --to prod`"
+"""What a prod stack without real images needs (docs/promotion.md)."""
+
+
+def is_placeholder_digest(ref: str) -> bool:
+    """A digest no image can have: 56 or more leading zero hex digits (224 zero bits of a SHA-256),
+    as example files write placeholders (`sha256:000...0001`)."""
+    return ref.rpartition("@sha256:")[2].startswith("0" * 56)
+
+
+PROVIDER_NAMESPACE = "kubernetes"
+PROVIDER_KEYS = {
+    "context": f"set {PROJECT}:kubernetes.context instead",
+    "renderYamlToDirectory": f"set {PROJECT}:kubernetes.renderYamlToDirectory instead",
+    "cluster": f"choose the cluster through its kubeconfig context: {PROJECT}:kubernetes.context",
+    "kubeconfig": "set the KUBECONFIG environment variable instead (the program's provider reads it: "
+                  "pulumi_kubernetes/provider.py), and the context in " + f"{PROJECT}:kubernetes.context",
+    "namespace": "every object names its own namespace here (platform.namespace, `<project>-<environment>`); "
+                 "remove it",
+}
+"""`kubernetes:*` config configures only the engine's default Kubernetes provider (pulumi/pulumi
+pkg/resource/deploy/default_providers.go `newRegisterDefaultProviderEvent` reads the package's
+config); this program deploys every object through its own `k8s.Provider` (infra/program.py), which
+takes only its arguments. Such keys would be silently ignored, so they are refused, naming the key to use."""
+
+
+def provider_key_problem(key: str) -> str:
+    name = key.partition(":")[2]
+    fix = PROVIDER_KEYS.get(name, f"the program sets the provider's options itself (infra/program.py provider_args); "
+                                  f"only {PROJECT}:kubernetes configures it")
+    return (f"{key}: not read — this program deploys through its own Kubernetes provider, configured by "
+            f"{PROJECT}:kubernetes; {fix} (and `pulumi config rm {key}`)")
+
+
+def plain_secret_problem(key: str) -> str:
+    return (f"{key}: set in plain text — {SECRET_KEYS[key.partition(':')[2]]} must be a secret: run "
+            f"`pulumi config set --secret {key}` (it prompts for the value and replaces the plain one)")
+
+
+def _has_image(data: Mapping[str, Any]) -> bool:
+    """Whether any entity of a stack's raw config (projects, platform.projectState) names an image."""
+    entities = []
+    projects = data.get("projects")
+    for project in projects if isinstance(projects, list) else []:
+        if isinstance(project, dict) and isinstance(project.get("entities"), list):
+            entities += project["entities"]
+    platform = data.get("platform")
+    if isinstance(platform, dict):
+        entities.append(platform.get("projectState"))
+    return any(isinstance(entity, dict) and entity.get("image") is not None for entity in entities)
 
 
 class Environment(str, Enum):
@@ -111,12 +162,14 @@ class EntityConfig(ConfigModel):
     def _digest_pinned(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not is_digest_ref(value):
             raise problem("must be pinned by digest: <registry>/<repository>[:tag]@sha256:<64 hex digits>")
+        if value is not None and is_placeholder_digest(value):
+            raise problem(f"is a placeholder digest, not an image any registry holds; {PROMOTE_HINT}")
         return value
 
     @model_validator(mode="after")
     def _per_environment(self, info: ValidationInfo) -> "EntityConfig":
         context = info.context or {}
-        if context.get("environment") == Environment.PROD and self.image is None:
+        if context.get("environment") == Environment.PROD and self.image is None and not context.get("images_optional"):
             raise problem(
                 "a prod entity needs a digest-pinned image; promote one from test with "
                 "`python -m infra promote --from test --to prod`",
@@ -368,29 +421,49 @@ def parse_value(raw: Any) -> Any:
     return raw
 
 
-def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "stack config") -> StackConfig:
+def load(
+    raw: Mapping[str, Any], *, root: Path | None = None, source: str = "stack config",
+    secret_keys: Optional[Iterable[str]] = None, require_images: bool = True,
+) -> StackConfig:
     """Validate the `cloudstation:` keys of a stack's config (full key -> raw value).
 
     `root` is the directory of Pulumi.yaml; when given, entity source directories must exist.
-    Keys of other namespaces (provider settings such as `kubernetes:context`) are left alone.
+    `secret_keys` are the keys set with `secure:` values; when given, a SECRET_KEYS key outside
+    them (plain text) is refused. `kubernetes:*` keys are refused (PROVIDER_KEYS); keys of other
+    namespaces are left alone. `require_images=False` reads a prod stack for its other settings
+    (another stack reading its cluster owner's namespaces), before or after its promotion.
     """
     problems: list[str] = []
     data: dict[str, Any] = {}
     fields = {info.alias or name for name, info in StackConfig.model_fields.items()}
+    secret_keys = None if secret_keys is None else set(secret_keys)
     for key, value in raw.items():
         namespace, _, name = key.partition(":")
-        if namespace != PROJECT or name in SECRET_KEYS:
+        if namespace == PROVIDER_NAMESPACE:
+            problems.append(provider_key_problem(key))
+            continue
+        if namespace != PROJECT:
+            continue
+        if name in SECRET_KEYS:
+            if secret_keys is not None and key not in secret_keys:
+                problems.append(plain_secret_problem(key))
             continue
         if name in fields:
             data[name] = parse_value(value)
         else:
             problems.append(f"{key}: unknown key — {_allowed_keys(StackConfig, name, extra=sorted(SECRET_KEYS))}")
     environment = data.get("environment")
-    context = {"environment": environment if environment in ("test", "prod") else None, "root": root}
+    context = {"environment": environment if environment in ("test", "prod") else None, "root": root,
+               "images_optional": not require_images}
     # Which secure keys are set (not their values), for checks such as the external registry's password.
     context["secrets"] = {k.partition(":")[2] for k in raw if k.partition(":")[0] == PROJECT} & set(SECRET_KEYS)
     if context["environment"]:
         context["environment"] = Environment(environment)
+    if context["environment"] == Environment.PROD and require_images and not _has_image(data):
+        # A prod stack before its first promotion: one problem that says what to run, not one per entity.
+        context["images_optional"] = True  # reported once above, not per entity
+        problems.append(f"{PROJECT}:projects[*].entities[*].image: (not set) — {source} was never promoted: prod "
+                        f"deploys only the digest-pinned images promoted from test; {PROMOTE_HINT}")
     try:
         config = StackConfig.model_validate(data, context=context)
         problems.extend(stack_image_problems(config))  # images only from this stack's registry, per entity
@@ -400,11 +473,17 @@ def load(raw: Mapping[str, Any], *, root: Path | None = None, source: str = "sta
 
             problems.extend(cluster_sharing.problems(config, source, Path(root)))
     except ValidationError as error:
-        problems.extend(_describe(e) for e in error.errors())
+        # A model check may report several problems at once (components/model.py `problems`).
+        problems.extend(_describe({**e, "ctx": c}) for e in error.errors() for c in _contexts(e))
         config = None
     if problems:
         raise ConfigError(problems, source)
     return config
+
+
+def _contexts(error: dict) -> list:
+    ctx = error.get("ctx")
+    return [ctx, *ctx.get("more", ())] if isinstance(ctx, dict) else [ctx]
 
 
 def _describe(error: dict) -> str:
@@ -417,6 +496,11 @@ def _describe(error: dict) -> str:
         return f"{path}: unknown key — {_allowed_keys(_model_at(StackConfig, loc[:-1]), str(loc[-1]))}"
     if kind == "missing":
         return f"{path}: missing — this key is required"
+    if kind == "string_type" and isinstance(error.get("input"), (int, float)):
+        # `pulumi config set --path` stores 2 or true as a number or boolean (pulumi/pulumi
+        # sdk/go/common/resource/config/value.go `coerceObject`); this key is text.
+        return (f"{path}: {_show(error.get('input'))} — must be text, not a number or true/false: quote it in the "
+                "stack file, or set it with `pulumi config set --path --type string ...`")
     value = ctx["value"] if ctx.get("subpath") else error.get("input")
     if kind == "cloudstation":
         allowed = ctx["allowed"]

@@ -27,6 +27,7 @@ import yaml
 
 from infra import config as stack_config
 from infra import engine_paths
+from infra import stack_yaml
 from infra.mocks import ProgramMocks, RecordingMonitor, Registration, is_wrapped_secret
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,10 +57,10 @@ class StackFile:
         path = root / f"Pulumi.{stack}.yaml"
         if not path.is_file():
             raise FileNotFoundError(f"no stack file {path.name} in {root}")
-        document = yaml.safe_load(path.read_text()) or {}
+        # Read as the CLI reads it; a malformed file is a ConfigError naming file and line (infra/stack_yaml.py).
         values, secret_keys = {}, []
-        for key, value in (document.get("config") or {}).items():
-            if isinstance(value, dict) and set(value) == {"secure"}:
+        for key, value in stack_yaml.read(path).items():
+            if stack_yaml.is_secure(value):
                 values[key] = f"fake-secret-for-{key}"
                 secret_keys.append(key)
             else:
@@ -150,13 +151,14 @@ def clean(value: Any) -> Any:
 def validate_config(stack: str, root: Path = ROOT) -> stack_config.StackConfig:
     """Validate a stack file's config; raises ConfigError with every problem."""
     stack_file = StackFile.read(stack, root)
-    return stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml")
+    return stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml",
+                             secret_keys=stack_file.secret_keys)
 
 
 def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None) -> Rendered:
     """Run `infra/__main__.py` for `stack` under mocks (preview=False) and collect everything."""
     stack_file = stack_file or StackFile.read(stack, root)
-    stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml")
+    stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml", secret_keys=stack_file.secret_keys)
 
     mocks = ProgramMocks()
     monitor = RecordingMonitor(mocks)

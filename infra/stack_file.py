@@ -264,7 +264,9 @@ def validate(text: Union[str, Parsed], root: Path, source: str) -> stack_config.
                 raw[key] = "[secret]"
             continue
         raw[key] = value
-    return stack_config.load(raw, root=root, source=source)
+    secure = [key for key, value in (document.get("config") or {}).items()
+              if isinstance(value, dict) and set(value) == {"secure"}]  # a plain-text secret is refused
+    return stack_config.load(raw, root=root, source=source, secret_keys=secure)
 
 
 def write_atomic(path: Path, text: str, expected: Optional[str] = None) -> None:

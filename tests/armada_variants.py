@@ -16,6 +16,7 @@ import yaml
 
 from infra import config as stack_config
 from infra import render
+from tests import promoted
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMADA_DOC = ROOT / "docs" / "armada.md"
@@ -39,7 +40,7 @@ def write_stack_file(name: str, directory: Path) -> Path:
     applied as the docs mean it (each section a key's example names replaces that section, so
     `platform.armada` as a whole; `secure:` values as written)."""
     assert name == OWN_CLUSTER, name
-    document = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    document = yaml.safe_load(promoted.text())  # Pulumi.prod.yaml as its first promotion writes it
     config = document["config"]
     for key, value in own_cluster_example().items():
         old = config.get(key)
@@ -68,7 +69,7 @@ def images_in_stack_registry(config: dict) -> dict:
 def stack_file(name: str) -> render.StackFile:
     """A stack of ARMADA_STACKS as the engine would pass its config (fake secure values)."""
     if name != OWN_CLUSTER:
-        return render.StackFile.read(name)
+        return promoted.read(name)
     with tempfile.TemporaryDirectory() as directory:
         write_stack_file(name, Path(directory))
         return render.StackFile.read("prod", Path(directory))

@@ -7,11 +7,13 @@ import json
 from typing import Callable
 
 from infra import render
+from tests import promoted
 
 
 def edited(stack: str, **edits: Callable[[object], object]) -> render.StackFile:
-    """The stack file with `cloudstation:<key>` values replaced by `edit(old value)`."""
-    stack_file = render.StackFile.read(stack)
+    """The stack file with `cloudstation:<key>` values replaced by `edit(old value)` (prod: as
+    promoted, tests/promoted.py)."""
+    stack_file = promoted.read(stack)
     for key, edit in edits.items():
         full = f"cloudstation:{key}"
         old = json.loads(stack_file.values[full]) if full in stack_file.values else {}

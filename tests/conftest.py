@@ -20,7 +20,7 @@ from infra import render as render_module  # noqa: E402
 from infra.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
 from infra.config import PROJECT  # noqa: E402
 from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
-from tests import armada_variants  # noqa: E402
+from tests import armada_variants, promoted  # noqa: E402
 from tests.registry_server import registry  # noqa: E402,F401  (a fixture, shared by the registry tests)
 
 STACKS = ["test", "prod"]
@@ -28,8 +28,10 @@ STACKS = ["test", "prod"]
 
 @pytest.fixture(scope="session")
 def rendered_stacks() -> dict[str, render_module.Rendered]:
-    """Each stack file in the repo, run through infra/__main__.py once per test session."""
-    return {stack: render_module.render(stack) for stack in STACKS}
+    """Each stack file in the repo, run through infra/__main__.py once per test session: test from
+    its file, then prod from Pulumi.prod.yaml as promoting test's `images` output writes it (the
+    repository's prod file has no images before a first promotion; tests/promoted.py)."""
+    return {stack: promoted.rendered(stack) for stack in STACKS}
 
 
 @pytest.fixture(params=STACKS)

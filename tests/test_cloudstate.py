@@ -9,7 +9,7 @@ from components import cloudstate_operator as operator
 from infra import checks, validate, versions
 from infra.cloudstation import project_namespace, project_state_namespace
 from infra.config import ConfigError, StackConfig, load
-from infra.render import validate_config
+from tests.promoted import validate_config  # prod as its first promotion writes it
 from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
 from tests.conftest import ROOT, find, objects, pod_spec
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 import pytest
 
 from components.cloudstate_operator import DEPLOYMENT_SUFFIX, SIDECAR_DEFAULT_RESOURCES
+from tests import promoted
 from tests.conftest import STACKS, objects
 
 CPU_BUDGET = Decimal(3)
@@ -140,7 +141,7 @@ def test_the_documented_prod_sizes_are_valid_config():
     section = text[text.index("## Sizing"):text.index("\n## ", text.index("## Sizing") + 1)]
     [block] = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
     platform = yaml.safe_load(block)["cloudstation:platform"]
-    base = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"]
+    base = yaml.safe_load(promoted.text())["config"]  # Pulumi.prod.yaml, promoted
     merged = {**base, "cloudstation:platform": {**base["cloudstation:platform"], **platform}}
     config = load(merged)
     assert config.platform.cloudstate.sidecar_jvm_memory == platform["cloudstate"]["sidecarJvmMemory"]

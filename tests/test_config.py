@@ -9,6 +9,7 @@ import pytest
 
 from infra import config
 from infra.render import ROOT, StackFile
+from tests import promoted
 
 # In the stack's registry (the default managed one) at the entity's repository (infra/image_refs.py).
 PROD_REF = "localhost:32000/shop/cart@sha256:" + "a" * 64
@@ -33,7 +34,7 @@ def problems_of(values: dict, root=None) -> list[str]:
 
 def test_both_stack_files_are_valid():
     for stack in ("test", "prod"):
-        loaded = config.load(StackFile.read(stack).values, root=ROOT)
+        loaded = config.load(promoted.read(stack).values, root=ROOT)  # prod: as promoted
         assert loaded.environment.value == stack
         assert {e.kind for p in loaded.projects for e in p.entities} == set(config.EntityKind)
 
@@ -62,8 +63,12 @@ def test_typo_in_a_top_level_key():
 
 def test_keys_of_other_namespaces_are_left_to_their_providers():
     values = raw()
-    values["kubernetes:context"] = "kind-kind"
+    values["aws:region"] = "eu-west-1"
     assert config.load(values).environment is config.Environment.TEST
+    # Kubernetes provider keys would be ignored (the program's provider is explicit): refused.
+    values["kubernetes:context"] = "kind-kind"
+    [problem] = problems_of(values)
+    assert problem.startswith("kubernetes:context: not read") and "cloudstation:kubernetes.context" in problem
 
 
 def test_wrong_type():

@@ -17,6 +17,7 @@ from components.model import ConfigModel, DnsLabel
 from infra import cli, config_reference
 from infra.config import SECRET_KEYS, StackConfig, load
 from tests.armada_variants import images_in_stack_registry
+from tests import promoted
 from tests.conftest import ROOT
 
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -178,7 +179,8 @@ def test_config_examples_validate(path, minimum):
     snippets = _config_snippets(path)
     assert len(snippets) >= minimum, f"the config examples of {path.name} were not found"
     for stack, snippet in snippets:
-        base = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+        text = promoted.text() if stack == "prod" else (ROOT / f"Pulumi.{stack}.yaml").read_text()
+        base = yaml.safe_load(text)["config"]
         merged = images_in_stack_registry(_merged(base, snippet))  # an external registry holds the images
         config = load(merged, source=f"snippet for Pulumi.{stack}.yaml")
         # The snippet's values are really in the validated config (not silently dropped).

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from infra import engine, render, versions
-from tests import armada_variants
+from tests import armada_variants, promoted
 
 STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]
 VERSION_CONSTANTS = ("ARMADA", "CLOUDSTATE_OPERATOR", "CLOUDSTATE_PROXY")
@@ -40,7 +40,7 @@ def bumped(ref: str) -> str:
 def render_stack(stack: str) -> render.Rendered:
     if stack in armada_variants.ARMADA_STACKS and stack != "test":
         return render.render("prod", stack_file=armada_variants.stack_file(stack))
-    return render.render(stack)
+    return render.render(stack, stack_file=promoted.read(stack))  # prod: as promoted (tests/promoted.py)
 
 
 @pytest.fixture(scope="module")

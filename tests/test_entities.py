@@ -14,7 +14,7 @@ import pytest
 
 from components.entity_image import context_files
 from infra.config import DIGEST_REF, Language
-from infra.render import validate_config
+from tests.promoted import validate_config  # prod as its first promotion writes it
 from infra.versions import IMAGES, digest_of, tag_of
 from tests.conftest import ROOT, STACKS
 

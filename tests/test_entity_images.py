@@ -26,6 +26,7 @@ from infra.config import DIGEST_REF
 from infra.engine_paths import program_dir
 from infra.mocks import is_wrapped_secret
 from infra.render import ROOT
+from tests import promoted
 
 DOCKER_IMAGE = "docker:index/image:Image"
 
@@ -338,7 +339,7 @@ def entity_keys(config: stack_config.StackConfig) -> set[str]:
 
 
 def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
-    config = render.validate_config(rendered.stack)
+    config = promoted.validate_config(rendered.stack)
     built = {r.name for r in rendered.of_type(DOCKER_IMAGE)}
     if rendered.stack == "test":
         assert built == {f"image-{key.replace('/', '-')}-image" for key in entity_keys(config)}
@@ -351,7 +352,7 @@ def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
 
 
 def test_images_output_is_every_entity_digest_pinned_on_the_pull_host(rendered):
-    config = render.validate_config(rendered.stack)
+    config = promoted.validate_config(rendered.stack)
     images = rendered.outputs["images"]
     assert set(images) == entity_keys(config)
     pull_host = rendered.outputs["registry"]["pullHost"]
@@ -378,7 +379,7 @@ def test_test_stack_tags_are_the_content_hash_of_each_source(rendered_stacks):
 
 
 def test_prod_deploys_exactly_the_images_of_its_stack_file(rendered_stacks):
-    config = render.validate_config("prod")
+    config = promoted.validate_config("prod")
     images = rendered_stacks["prod"].outputs["images"]
     assert images == {f"{project}/{entity.name}": entity.image for project, entity in delivery.all_entities(config)}
 
@@ -395,7 +396,7 @@ def test_a_test_entity_with_an_image_is_not_built():
 
 
 def test_prod_names_every_entity_without_an_image():
-    stack_file = render.StackFile.read("prod")
+    stack_file = promoted.read("prod")
     stack_file.values["cloudstation:projects"] = re.sub(
         r', "image": "[^"]+"', "", stack_file.values["cloudstation:projects"], count=1
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from infra import engine, mocks, render
+from tests import promoted
 from tests.test_engine_replacements import _changed, _object
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ def test_rotating_generated_passwords_keeps_the_kept_secrets_in_the_state(render
     before = _graph(rendered_stacks[stack])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mocks, "_random_password", _rotated)
-        after = _graph(render.render(stack))
+        after = _graph(render.render(stack, stack_file=promoted.read(stack)))  # prod: as promoted
     changes = engine.changes(before, after)
     kept = [c for c in changes if c.new.kind == "Secret" and c.old.options.get("retainOnDelete")]
     assert kept, "no kept Secret changed: the rotation did not reach them"

@@ -12,7 +12,7 @@ from components.project_environment import (
 from infra import checks
 from infra.config import DIGEST_REF, ConfigError, load
 from infra.delivery import PULL_SECRET_NAME
-from infra.render import validate_config
+from tests.promoted import validate_config  # prod as its first promotion writes it
 from tests.cloudstate_variants import edited, variant
 from tests.conftest import find, objects
 

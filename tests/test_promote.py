@@ -25,14 +25,16 @@ from infra import cli, promote, registry_api, stack_file, state_backend
 from infra.limits import Deadline
 from infra.promote import PromotionRefused
 from tests.conftest import ROOT
+from infra.image_refs import entity_repository
 from tests.registry_server import (
     PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
 )
 
 REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
-NODE_HOST = registry_api.ImageRef.parse(next(iter(stack_file.image_slots(REPO_PROD).values())).value).registry
-"""The registry host of the prod file's references (how nodes reach it, e.g. localhost:32000); the
-promoter reaches the test registry there through CLOUDSTATION_REGISTRY_ADDRESSES."""
+"""The repository's prod file: never promoted, so every promotion here is a first one (image lines inserted)."""
+NODE_HOST, PREFIX = promote.registry_of(stack_file.parse(REPO_PROD, "Pulumi.prod.yaml"))
+"""The registry host of the prod file's references (how nodes reach it, e.g. localhost:32000) and the
+repository prefix; the promoter reaches the test registry there through CLOUDSTATION_REGISTRY_ADDRESSES."""
 SECURE_LINE = "  cloudstation:someToken:\n    secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==\n"
 PROMOTE = ["promote", "--from", "test", "--to", "prod"]
 SALT_LINE = "encryptionsalt: v1:Xx4bW0xbx1Y=:v1:fd8Fv3/k0d8b7Nbx:bqPw2r3ZmzvF5Zp6kQH6YQ==\n"
@@ -45,8 +47,8 @@ def pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F8
     layout = tmp_path_factory.mktemp("oci")
     slots = stack_file.image_slots(REPO_PROD)
     jobs = []
-    for key, slot in slots.items():
-        repository = registry_api.ImageRef.parse(slot.value).repository
+    for key in slots:
+        repository = entity_repository(PREFIX, *key.split("/", 1))
         for version in ("old", "new"):
             image = build_oci_image(layout, f"{key.replace('/', '-')}-{version}", f"{key} {version}".encode())
             jobs.append((key, version, repository, image))
@@ -231,7 +233,7 @@ def _missing_in_prod(images, pushed):
 
 
 def _not_in_registry(images, pushed):
-    images["shop/add-item"] = images["shop/add-item"].split("@")[0] + "@sha256:" + "0" * 64
+    images["shop/add-item"] = images["shop/add-item"].split("@")[0] + "@sha256:" + "f" * 64  # (all zeros: a placeholder, refused earlier)
 
 
 def _unknown_repository(images, pushed):
@@ -259,7 +261,7 @@ def _non_ascii_tag(images, pushed):
     (_missing_in_test, [], r"shop/likes: in Pulumi.prod.yaml \(cloudstation:projects\[0\].entities\[1\].image\) "
                            r"but missing from the test stack's `images` output"),
     (_missing_in_prod, [], r"shop/checkout: deployed in test but missing from Pulumi.prod.yaml"),
-    (_not_in_registry, [], r"shop/add-item: sha256:0{64} is not in the registry \(localhost:\d+/shop/add-item\)"),
+    (_not_in_registry, [], r"shop/add-item: sha256:f{64} is not in the registry \(localhost:\d+/shop/add-item\)"),
     (_unknown_repository, [], r"shop/cart: the test reference .*: repository 'shop/no-such-repo' is not this entity's"),
     (_other_registry, [], r"shop/cart: the test reference 'registry.example/shop/cart.*: registry host "
                           r"'registry.example' is not this stack's registry \(localhost:\d+"),

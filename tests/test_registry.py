@@ -19,6 +19,7 @@ from infra import config as stack_config
 from infra.mocks import is_wrapped_secret
 from infra.program import StackContext
 from infra.render import ROOT
+from tests import promoted
 from tests.conftest import find, objects, pod_spec, spec_violations
 
 REGISTRY_OBJECTS = {
@@ -34,7 +35,7 @@ def managed(**values) -> reg.RegistryConfig:
 
 def with_registry(stack: str, registry: dict, secrets: dict[str, str] | None = None) -> render.StackFile:
     """The stack file with `platform.registry` replaced (and extra secure keys)."""
-    stack_file = render.StackFile.read(stack)
+    stack_file = promoted.read(stack)
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform["registry"] = registry
     stack_file.values["cloudstation:platform"] = json.dumps(platform)
@@ -265,7 +266,7 @@ def pull_secret_config(mocked) -> dict:
 
 def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(mocked):
     seen: dict = {}
-    access = access_for(render.StackFile.read("prod"), seen)
+    access = access_for(promoted.read("prod"), seen)
     auths = seen["dockerconfigjson"]["auths"]
     assert list(auths) == ["localhost:32000"]
     # The fake existing Secret `cloudstation/registry-auth` of infra/mocks.py
@@ -295,7 +296,7 @@ def registry_objects(rendered) -> list[dict]:
 
 
 def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
-    config = render.validate_config(rendered.stack)
+    config = promoted.validate_config(rendered.stack)
     found = registry_objects(rendered)
     pull_secrets = [o for o in found if o["metadata"]["name"] == delivery.PULL_SECRET_NAME]
     registry = sorted((o["kind"], o["metadata"]["name"]) for o in found if o not in pull_secrets)
@@ -311,7 +312,7 @@ def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
 
 
 def test_every_entity_namespace_gets_the_pull_secret(rendered):
-    config = render.validate_config(rendered.stack)
+    config = promoted.validate_config(rendered.stack)
     namespaces = {
         o["metadata"]["namespace"]
         for o in objects(rendered, "Secret")
@@ -347,14 +348,14 @@ def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stack
 def test_registry_outputs_name_the_pull_host_and_keep_the_password_secret(rendered):
     registry = rendered.outputs["registry"]
     assert registry["pullHost"] == "localhost:32000"
-    assert registry["mode"] == render.validate_config(rendered.stack).platform.registry.mode
+    assert registry["mode"] == promoted.validate_config(rendered.stack).platform.registry.mode
     if rendered.stack == "test":
         assert rendered.outputs["registryPassword"] == render.SECRET
     assert "password" not in json.dumps(registry).lower()
 
 
 def test_prod_stack_file_images_are_pulled_from_the_registry_of_the_cluster():
-    config = render.validate_config("prod")
+    config = promoted.validate_config("prod")
     for project, entity in delivery.all_entities(config):
         assert entity.image.startswith(f"{config.platform.registry.pull_host}/{project}/{entity.name}:"), entity.image
 

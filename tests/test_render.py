@@ -14,6 +14,7 @@ from infra.mocks import ProgramMocks
 from infra.render import ROOT, KIND_ORDER, StackFile
 from tests.armada_variants import OWN_CLUSTER, stack_file
 
+from tests import promoted
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -150,7 +151,7 @@ def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
         "armada armada-server 8080:8080",
     ]
     # prod pushes nothing (shared registry) and runs no Armada (one per cluster: test's)
-    assert port_forwards(render.validate_config("prod")) == []
+    assert port_forwards(promoted.validate_config("prod")) == []
     # prod on its own cluster: an external registry, and the queue API at a public URL
     assert port_forwards(render.stack_config.load(stack_file(OWN_CLUSTER).values)) == []
     result = run_cli("port-forwards", "--stack", "test")

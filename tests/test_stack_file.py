@@ -12,11 +12,17 @@ import pytest
 from infra import config as stack_config
 from infra import stack_file
 from infra.stack_file import StackFileError
+from tests import promoted
 from tests.conftest import ROOT
 
 
+def digest(n: int) -> str:
+    """64 hex digits that are not a placeholder (all zeros but the last digits are refused as such)."""
+    return (f"{n:x}" * 64)[:64]
+
+
 def ref(n: int, name: str = "shop/cart", tag: str = "") -> str:
-    return f"localhost:32000/{name}{tag}@sha256:{n:064x}"
+    return f"localhost:32000/{name}{tag}@sha256:{digest(n)}"
 
 
 # Everything a hand-kept stack file may carry: comments everywhere, a secure value, the
@@ -69,7 +75,10 @@ def test_slots_are_keyed_like_the_images_output():
 
 
 def test_slots_of_the_repository_prod_file_match_its_config():
-    text = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
+    # Before its first promotion, the repository's prod file has an empty slot for every entity.
+    slots = stack_file.image_slots(stack_file.read_text(ROOT / "Pulumi.prod.yaml"))
+    assert slots and all(slot.value is None for slot in slots.values())
+    text = promoted.text()  # as its first promotion writes it (tests/promoted.py)
     config = stack_file.validate(text, ROOT, "Pulumi.prod.yaml")
     expected = {f"{p.name}/{e.name}": e.image for p in config.projects for e in p.entities}
     expected["platform/project-state"] = config.platform.project_state.image
@@ -190,13 +199,13 @@ def test_process_killed_between_write_and_rename_leaves_the_original(tmp_path):
 
 
 def test_validate_refuses_images_from_another_registry_or_repository():
-    bad = SAMPLE.replace(ref(1), f"registry.example/shop/cart@sha256:{1:064x}").replace(
+    bad = SAMPLE.replace(ref(1), f"registry.example/shop/cart@sha256:{digest(1)}").replace(
         f"'{ref(2, 'shop/likes', ':v7')}'", f"'{ref(2, 'shop/cart', ':v7')}'"
     )
     with pytest.raises(stack_config.ConfigError) as error:
         stack_file.validate(bad, ROOT, "sample")
     assert error.value.problems == [
-        f"cloudstation:projects[0].entities[0].image: 'registry.example/shop/cart@sha256:{1:064x}' — registry host "
+        f"cloudstation:projects[0].entities[0].image: 'registry.example/shop/cart@sha256:{digest(1)}' — registry host "
         "'registry.example' is not this stack's registry (localhost:32000, from platform.registry); expected "
         "localhost:32000/shop/cart[:tag]@sha256:<64 hex digits>",
         f"cloudstation:projects[0].entities[1].image: '{ref(2, 'shop/cart', ':v7')}' — repository 'shop/cart' is "
@@ -216,8 +225,8 @@ def test_validate_checks_images_against_an_external_registry_and_its_prefix():
 
 
 @pytest.mark.parametrize("image", [
-    f"localhost:32000/shop/cart@sha256:{1:064x}\n",
-    f"localhost:32000/shop/cart:t\u00e9st@sha256:{1:064x}",
+    f"localhost:32000/shop/cart@sha256:{digest(1)}\n",
+    f"localhost:32000/shop/cart:t\u00e9st@sha256:{digest(1)}",
 ])
 def test_config_matches_image_references_whole_and_in_ascii(image):
     with pytest.raises(stack_config.ConfigError, match=r"entities\[0\]\.image: .* must be pinned by digest"):
@@ -226,7 +235,7 @@ def test_config_matches_image_references_whole_and_in_ascii(image):
 
 def _raw_test_config(**entity) -> dict:
     entity = {"name": "cart", "kind": "action", "language": "javascript", "source": "entities/shop/cart", **entity}
-    project_state = f"localhost:32000/platform/project-state@sha256:{4:064x}"
+    project_state = f"localhost:32000/platform/project-state@sha256:{digest(4)}"
     return {
         "cloudstation:environment": "test",
         "cloudstation:projects": json.dumps([{"name": "shop", "entities": [entity]}]),

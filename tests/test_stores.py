@@ -17,7 +17,7 @@ from components.cloudstate_store import stateful_store_spec
 from components.postgres import Postgres, PostgresArgs, PostgresSettings, SecretRef
 from infra import validate, versions
 from infra.config import ConfigError, load
-from infra.render import StackFile
+from tests import promoted
 from tests.cloudstate_variants import build, edited, manifests, validation_problems, variant
 from tests.conftest import container, find, objects, pod_spec, spec_violations, standard_violations
 
@@ -40,7 +40,7 @@ def stores(rendered) -> list[dict]:
 
 
 def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentials(rendered):
-    config = load(StackFile.read(rendered.stack).values)
+    config = load(promoted.read(rendered.stack).values)
     assert {s["metadata"]["namespace"] for s in stores(rendered)} == {f"{config.platform.namespace}-state", f"shop-{rendered.stack}"}
     size = config.platform.stores.postgres.storage.size
     for store in stores(rendered):

@@ -24,6 +24,7 @@ from infra import preflight
 from infra.cli import port_forwards
 from infra.render import validate_config
 from infra.validate import SUPPORTED_VERSIONS
+from tests import promoted
 from tests.conftest import ROOT
 
 SUPPORTED_MINOR = int(SUPPORTED_VERSIONS[-1].split(".")[1])
@@ -254,6 +255,7 @@ def test_unreachable_cluster_and_engine_stop_before_pulumi_up(sandbox):
 
 def test_unknown_context_bad_config_and_missing_kubectl(sandbox):
     sandbox.tools("pulumi", "kubectl")
+    promoted.write(sandbox.repo)  # prod as its first promotion writes it (tests/promoted.py)
     sandbox.set_config("prod", "cloudstation:kubernetes", {"context": "kind-gone"})
     done = sandbox.run("prod")
     assert done.returncode == 1
@@ -291,7 +293,7 @@ def test_kube_proxy_mode_from_kubeadm_and_eks_configmaps():
 
 @pytest.mark.parametrize("stack", ["test", "prod"])
 def test_docker_is_checked_exactly_when_the_stack_builds(stack):
-    config = validate_config(stack)
+    config = promoted.validate_config(stack)  # prod as its first promotion writes it
     from infra.delivery import all_entities
 
     expected = config.environment.value == "test" and any(e.image is None for _, e in all_entities(config))
