@@ -26,6 +26,13 @@ from tests.registry_server import registry  # noqa: E402,F401  (a fixture, share
 STACKS = ["test", "prod"]
 
 
+def pytest_configure(config) -> None:
+    # tests/test_user_copy.py runs the suite's checks on a copy with a user's own projects and
+    # deselects these: facts about the repository's own example stack files (README's diagram,
+    # the example stacks' cluster budget), which a user's additions rightly change.
+    config.addinivalue_line("markers", "example_stacks: checks a fact about the repository's own example stack files")
+
+
 @pytest.fixture(scope="session")
 def rendered_stacks() -> dict[str, render_module.Rendered]:
     """Each stack file in the repo, run through infra/__main__.py once per test session: test from

@@ -1,9 +1,14 @@
-"""Armada's generated override configs, checked against Armada's real default config files
-(reference/armada/armada-v0.22.7/config/<service>/config.yaml), and the config-time rules."""
+"""Armada's generated override configs, checked against Armada's own default config files at the
+pinned version (recorded in tests/upstream/armada-v<version>.yaml by scripts/armada-config-keys.py,
+and compared with the full upstream files when the team's reference folder is present), and the
+config-time rules."""
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,11 +27,17 @@ from components.armada.server import server_spec
 from components.armada.service import ArmadaArgs
 from components.armada.settings import ArmadaConfig
 from infra import config as stack_config
+from infra.versions import ARMADA
+from tests.conftest import ROOT
 
-# The team's reference folder sits beside the repository (../shared), as in CI's checkout.
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "armada"
-DEFAULTS = REFERENCE / "armada-v0.22.7" / "config"
-NOTES = REFERENCE / "NOTES.md"
+# What the tests need from armadaproject/armada at the pinned tag, carried by the repository:
+# key trees of the default and example configs, a few default values, the Helm ClusterRoles.
+UPSTREAM_FILE = ROOT / "tests" / "upstream" / f"armada-v{ARMADA}.yaml"
+UPSTREAM = yaml.safe_load(UPSTREAM_FILE.read_text(encoding="utf-8"))
+GENERATOR = ROOT / "scripts" / "armada-config-keys.py"
+# Optional: the team's reference folder with the full upstream files, beside the repository
+# (../shared/reference) unless CLOUDSTATION_REFERENCE names it; only an extra check uses it.
+REFERENCE = Path(os.environ.get("CLOUDSTATION_REFERENCE") or ROOT.parent / "shared" / "reference") / "armada"
 
 # A config that turns every optional branch on, so every generated key is checked.
 FULL = ArmadaConfig.model_validate(
@@ -69,14 +80,33 @@ def specs(config: ArmadaConfig = FULL) -> dict:
     }
 
 
-def default(service: str) -> dict:
-    return yaml.safe_load((DEFAULTS / service / "config.yaml").read_text())
+def recorded(path: str) -> dict:
+    """The record of one upstream file (repository-relative path at the tag)."""
+    files = UPSTREAM["files"]
+    assert path in files, (f"{path} is not recorded in {UPSTREAM_FILE.name}: add it to RECORD in "
+                           f"{GENERATOR.relative_to(ROOT)} and regenerate the file")
+    return files[path]
+
+
+def default_keys(service: str) -> dict:
+    """The key tree of a service's built-in default config (`config/<service>/config.yaml`):
+    every map key, nested as in the file, leaves None; `ac.key_paths` walks it like the file."""
+    return recorded(f"config/{service}/config.yaml")["keys"]
+
+
+def default_value(service: str, dotted: str) -> Any:
+    """A value of a service's default config, at a dotted key path the generator records."""
+    values = recorded(f"config/{service}/config.yaml").get("values", {})
+    assert dotted in values, (f"config/{service}/config.yaml {dotted} is not recorded: add it to VALUES "
+                              f"in {GENERATOR.relative_to(ROOT)} and regenerate {UPSTREAM_FILE.name}")
+    return values[dotted]
 
 
 # Keys we set that the default files lack, each a real key of that service:
 ABSENT_FROM_DEFAULTS = {
-    # The default files have no auth, and both refuse to start without one (NOTES §9, G4);
-    # the key shape is in _local/server/config-auth.yaml and _local/scheduler/config-auth.yaml.
+    # The default files have no auth, and both refuse to start without one (v0.22.7
+    # internal/common/auth/setup.go); the key shape is in _local/server/config-auth.yaml and
+    # _local/scheduler/config-auth.yaml (test_the_allow_list_is_needed).
     "server": {("auth",), ("schedulerApiConnection", "forceNoTls")},  # forceNoTls: _local/server/config-auth.yaml
     "scheduler": {("auth",)},
     # G6: the default file's `metrics.port` is ignored; the struct field is `metricsPort`.
@@ -91,30 +121,35 @@ def allowed_absent(service: str, path: tuple[str, ...]) -> bool:
 @pytest.mark.parametrize("service", sorted(specs()))
 def test_every_generated_key_is_a_key_armada_knows(service):
     generated = specs()[service].config
-    known = ac.key_paths(default(service))
+    known = ac.key_paths(default_keys(service))
     unknown = sorted(p for p in ac.key_paths(generated) if p not in known and not allowed_absent(service, p))
     assert unknown == []
 
 
 def test_the_allow_list_is_needed():
-    """Each allow-listed key really is missing from its default file (else drop it from the list)."""
+    """Each allow-listed key really is missing from its default file (else drop it from the list),
+    and the auth keys are those of upstream's auth examples."""
     for service, prefixes in ABSENT_FROM_DEFAULTS.items():
-        known = ac.key_paths(default(service))
+        known = ac.key_paths(default_keys(service))
         assert [p for p in prefixes if p in known] == [], service
+    server_example = ac.key_paths(recorded("_local/server/config-auth.yaml")["keys"])
+    assert {("auth",), ("schedulerApiConnection", "forceNoTls")} <= server_example
+    assert ("auth",) in ac.key_paths(recorded("_local/scheduler/config-auth.yaml")["keys"])
 
 
 def test_the_key_check_catches_a_misspelt_key():
     config = FULL.model_copy(update={"server": FULL.server.model_copy(update={"extra": {"eventsApiRedis": {"adrs": []}}})})
     generated = server_spec(args(config)).config
-    known = ac.key_paths(default("server"))
+    known = ac.key_paths(default_keys("server"))
     assert ("eventsApiRedis", "adrs") in {p for p in ac.key_paths(generated) if p not in known}
 
 
 @pytest.mark.parametrize("service", sorted(specs()))
 def test_every_armada_env_var_overrides_a_key_that_exists(service):
-    """Viper applies ARMADA_* only to keys present in the merged YAML (NOTES §2)."""
+    """Viper applies ARMADA_* only to keys present in the merged YAML (v0.22.7
+    internal/common/startup.go: SetEnvPrefix("ARMADA"), AutomaticEnv, then Unmarshal)."""
     spec = specs()[service]
-    merged = ac.deep_merge(default(service), spec.config)
+    merged = ac.deep_merge(default_keys(service), spec.config)
     names = [e["name"] for e in spec.env if e["name"].startswith("ARMADA_")]
     assert [n for n in names if not ac.env_overrides_existing_key(n, merged)] == []
 
@@ -146,13 +181,13 @@ def test_each_component_is_on_the_right_database_with_an_explicit_port():
         ), service
     # The upstream defaults agree on which database each one uses.
     for service, database in expected.items():
-        assert default(service)["postgres"]["connection"]["dbname"] == database
+        assert default_value(service, "postgres.connection.dbname") == database
     for service in ("executor", "eventingester", "binoculars"):
         assert "postgres" not in configs[service]
 
 
 def test_lookout_database_port_is_set_because_its_default_is_5433():
-    assert default("lookout")["postgres"]["connection"]["port"] == 5433  # O1
+    assert default_value("lookout", "postgres.connection.port") == 5433
     assert specs()["lookout"].config["postgres"]["connection"]["port"] == 5432
 
 
@@ -192,17 +227,18 @@ def test_every_in_cluster_grpc_connection_says_force_no_tls_and_targets_the_righ
     for service, (connection, address) in connections.items():
         assert connection == {"armadaUrl": address, "forceNoTls": True}, service
     # The executor default would turn TLS on (G1).
-    assert default("executor")["executorApiConnection"]["forceNoTls"] is False
+    assert default_value("executor", "executorApiConnection.forceNoTls") is False
 
 
 def test_no_anonymous_access_and_no_permission_for_everyone_by_default():
     configs = {s: spec.config for s, spec in specs().items()}
-    assert "auth" not in default("server") and "auth" not in default("scheduler")
+    assert "auth" not in default_keys("server") and "auth" not in default_keys("scheduler")
     # Binoculars' default is anonymous, so it is switched off explicitly.
-    assert default("binoculars")["auth"]["anonymousAuth"] is True
+    assert default_value("binoculars", "auth.anonymousAuth") is True
     for service in ("server", "scheduler", "binoculars"):
         assert configs[service]["auth"]["anonymousAuth"] is False, service
-    # Every authenticated principal, the platform's own included, is in "everyone" (NOTES §9).
+    # Every authenticated principal, the platform's own included, is in "everyone" (v0.22.7
+    # internal/common/auth/permissions.go).
     for service in ("server", "scheduler", "binoculars"):
         mapping = configs[service]["auth"].get("permissionGroupMapping", {})
         assert all("everyone" not in groups for groups in mapping.values()), service
@@ -261,7 +297,7 @@ def test_lookout_without_public_urls_points_the_browser_at_a_port_forward():
     assert ui["armadaApiBaseUrl"] == "http://localhost:8080"
     server = server_spec(plain).config
     assert "corsAllowedOrigins" not in server  # the default file's localhost origins stay
-    assert "http://localhost:10000" in default("server")["corsAllowedOrigins"]
+    assert "http://localhost:10000" in default_value("server", "corsAllowedOrigins")
 
 
 def test_extra_is_deep_merged_over_the_generated_config():
@@ -289,20 +325,26 @@ def test_priority_classes_match_the_scheduler_config():
         assert k8s_class["value"] == scheduling[name]["priority"]
         assert k8s_class["metadata"]["name"] == name
     # Armada's own defaults name these two classes.
-    assert set(scheduling) == set(default("scheduler")["scheduling"]["priorityClasses"])
+    assert set(scheduling) == set(default_keys("scheduler")["scheduling"]["priorityClasses"])
 
 
 def test_the_server_accepts_exactly_the_configured_priority_classes():
     allowed = specs()["server"].config["submission"]["allowedPriorityClassNames"]
-    merged = ac.deep_merge(default("server"), specs()["server"].config)["submission"]["allowedPriorityClassNames"]
+    defaults = {"submission": {"allowedPriorityClassNames": default_value("server", "submission.allowedPriorityClassNames")}}
+    merged = ac.deep_merge(defaults, specs()["server"].config)["submission"]["allowedPriorityClassNames"]
     assert {n for n, on in merged.items() if on} == set(FULL.priority_classes) == {"armada-default", "armada-preemptible"}
     assert allowed["armada-resilient"] is False
-    assert merged["armada-default"] is True and default("server")["submission"]["defaultPriorityClassName"] == "armada-default"
+    assert merged["armada-default"] is True and default_value("server", "submission.defaultPriorityClassName") == "armada-default"
 
 
-def notes_table(title: str) -> list[dict]:
-    """A RBAC table of NOTES §7 as ClusterRole rules."""
-    lines = NOTES.read_text().splitlines()
+def cluster_role(chart: str) -> list[dict]:
+    """The rules of upstream's ClusterRole for a Helm chart (deployment/<chart>/templates/clusterrole.yaml)."""
+    return recorded(f"deployment/{chart}/templates/clusterrole.yaml")["rules"]
+
+
+def notes_table(notes: Path, title: str) -> list[dict]:
+    """A RBAC table of the reference notes (armada/NOTES.md §7) as ClusterRole rules."""
+    lines = notes.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(title))
     rules = []
     for line in lines[start + 1:]:
@@ -332,7 +374,7 @@ FORBIDDEN = {
 
 
 def test_executor_roles_are_a_least_privilege_subset_of_upstreams():
-    upstream = grants(notes_table("**Executor ClusterRole**"))
+    upstream = grants(cluster_role("executor"))
     cluster_wide, in_job_namespaces = grants(EXECUTOR_RULES), grants(EXECUTOR_JOB_RULES)
     assert cluster_wide | in_job_namespaces <= upstream
     # Cluster-wide: reading only (its informers, v0.22.7 cluster_context.go), nothing written.
@@ -354,15 +396,63 @@ def test_executor_roles_are_a_least_privilege_subset_of_upstreams():
 def test_binoculars_only_reads_job_logs():
     assert grants(BINOCULARS_JOB_RULES) == {("", "pods/log", "get")}
     # Upstream's role would let it impersonate anyone and patch every node.
-    assert {("", "users", "impersonate"), ("", "nodes", "patch")} <= grants(notes_table("**Binoculars ClusterRole**"))
+    assert {("", "users", "impersonate"), ("", "nodes", "patch")} <= grants(cluster_role("binoculars"))
 
 
 def test_armadactl_config_has_the_reference_shape():
-    reference = yaml.safe_load((REFERENCE / "armada-v0.22.7" / "_local" / ".armadactl.yaml").read_text())
+    reference = recorded("_local/.armadactl.yaml")["keys"]
     generated = ac.armadactl_config("c", "armada-server.armada.svc.cluster.local:50051")
     assert set(generated) == set(reference) == {"currentContext", "contexts"}
     assert generated["contexts"]["c"] == {"armadaUrl": "armada-server.armada.svc.cluster.local:50051", "forceNoTls": True}
     assert ac.armadactl_config("c", "armada.example.com:443", tls=True)["contexts"]["c"] == {"armadaUrl": "armada.example.com:443"}
+
+
+# --- the recorded upstream facts ------------------------------------------------------------------
+
+
+def test_the_recorded_facts_are_of_the_pinned_version():
+    assert (UPSTREAM["repository"], UPSTREAM["tag"]) == ("https://github.com/armadaproject/armada", f"v{ARMADA}")
+    assert set(specs()) | {"lookouthc"} == {p.split("/")[1] for p in UPSTREAM["files"] if p.startswith("config/")}
+    # Each record names the exact upstream file: `git ls-tree v<version> <path>` prints this blob id.
+    assert all(re.fullmatch(r"[0-9a-f]{40}", entry["blob"]) for entry in UPSTREAM["files"].values())
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("armada_config_keys", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generator_records_keys_values_and_rules():
+    """The script behind the data file, on a small fake checkout: it fails, rather than guess, on a
+    value path the file lacks and on template directives inside a ClusterRole's rules."""
+    script = generator()
+    data = b"a:\n  b: 1\n  c: [x]\nd: {}\n"
+    assert script.key_tree(yaml.safe_load(data)) == {"a": {"b": None, "c": None}, "d": {}}
+    assert script.blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git's empty blob
+    assert script.template_rules("kind: ClusterRole\nrules:\n- apiGroups: ['']\n", "x") == [{"apiGroups": [""]}]
+    with pytest.raises(SystemExit, match="template directives"):
+        script.template_rules("rules:\n{{- if .Values.x }}\n", "x")
+    with pytest.raises(SystemExit, match="not a key path"):
+        script.value_at({"a": {"b": 1}}, "a.c")
+
+
+def test_the_recorded_facts_match_the_full_upstream_files():
+    """Extra check, where the team's reference folder (verbatim upstream files) is present: the
+    data file is what the generator makes of those files, and the ClusterRoles it keeps (the
+    folder has no Helm templates) are the notes' RBAC tables."""
+    folder = REFERENCE / f"armada-v{ARMADA}"
+    if not (folder / "config").is_dir():
+        pytest.skip(f"not run: the reference folder {folder} is absent (set CLOUDSTATION_REFERENCE to the folder "
+                    f"holding armada/armada-v{ARMADA}/); the tests used the recorded {UPSTREAM_FILE.name}")
+    script = generator()
+    data, kept = script.generate(folder, UPSTREAM)
+    assert {k: v for k, v in data.items() if k != "recorded"} == {k: v for k, v in UPSTREAM.items() if k != "recorded"}, (
+        f"{UPSTREAM_FILE.name} differs from {folder}: run `python {GENERATOR.relative_to(ROOT)} --from {folder}`")
+    assert sorted(kept) == [f"deployment/{chart}/templates/clusterrole.yaml" for chart in ("binoculars", "executor")]
+    for chart, title in (("executor", "**Executor ClusterRole**"), ("binoculars", "**Binoculars ClusterRole**")):
+        assert grants(cluster_role(chart)) == grants(notes_table(REFERENCE / "NOTES.md", title)), chart
 
 
 # --- config-time errors (before any resource) ---------------------------------------------------

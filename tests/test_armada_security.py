@@ -26,7 +26,7 @@ from infra import config as stack_config
 from infra import validate
 from tests.armada_variants import config_of
 from tests.conftest import find, objects, pod_spec
-from tests.test_armada_config import REFERENCE, load, minimal_stack
+from tests.test_armada_config import load, minimal_stack, recorded
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "impersonate", "bind", "escalate", "*"}
 
@@ -270,15 +270,14 @@ def test_each_service_accepts_only_its_callers_each_in_its_own_group():
 
 
 def test_credentials_files_have_armadas_key_shapes():
-    """The shapes of the reference's auth examples (users under auth.basicAuth.users with
-    password and groups; a client's basicAuth with username and password)."""
-    local = REFERENCE / "armada-v0.22.7" / "_local"
-    server_example = yaml.safe_load((local / "server" / "config-auth.yaml").read_text())
+    """The shapes of upstream's auth examples (users under auth.basicAuth.users with password and
+    groups; a client's basicAuth with username and password), recorded in tests/upstream/."""
+    server_example = recorded("_local/server/config-auth.yaml")["keys"]
     [user] = server_example["auth"]["basicAuth"]["users"].values()
     generated = armada_auth.server_auth_file(full_config(), PASSWORDS)
     for entry in generated["auth"]["basicAuth"]["users"].values():
         assert set(entry) == set(user)
-    armadactl = yaml.safe_load((local / ".armadactl.yaml").read_text())
+    armadactl = recorded("_local/.armadactl.yaml")["keys"]
     assert set(generated["schedulerApiConnection"]["basicAuth"]) == set(armadactl["contexts"]["auth-basic"]["basicAuth"])
     login = armada_auth.login_armadactl("c", "localhost:50051", False, "admin", "pw")
     assert login["contexts"]["c"] == {"armadaUrl": "localhost:50051", "forceNoTls": True,

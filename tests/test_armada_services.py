@@ -18,7 +18,7 @@ from infra.render import StackFile, render
 from infra.versions import ARMADA, IMAGES, tag_of
 from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
 from tests.conftest import find, objects, pod_spec, standard_violations
-from tests.test_armada_config import allowed_absent, default
+from tests.test_armada_config import allowed_absent, default_keys
 
 SERVICES = {
     # Deployment name -> image key in infra/versions.py
@@ -221,7 +221,7 @@ DEFAULT_DIRS = {
 def test_rendered_configs_including_stack_file_extras_use_only_known_keys(rendered):
     for name in deployments(rendered):
         service = "executor" if name.startswith("armada-executor-") else DEFAULT_DIRS[name]
-        known = key_paths(default(service))
+        known = key_paths(default_keys(service))
         generated = key_paths(service_config(rendered, name))
         assert sorted(p for p in generated if p not in known and not allowed_absent(service, p)) == [], name
 

@@ -1,6 +1,8 @@
 """The CloudState operator and its CRDs, on the rendered graph of both stack files and variants."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -400,11 +402,12 @@ def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource():
     import pulumi.runtime.settings
 
     stack_file = edited("prod", projects=lambda projects: with_project(projects, "blog"))
+    index = len(json.loads(stack_file.values["cloudstation:projects"])) - 1  # the added project, last
     with pytest.raises(ConfigError) as caught:
         render.render("prod", stack_file=stack_file)
     [problem] = caught.value.problems
     assert problem == (
-        "cloudstation:projects[1].name: namespace 'blog-prod' — the CloudState operator of the owner stack 'test' "
+        f"cloudstation:projects[{index}].name: namespace 'blog-prod' — the CloudState operator of the owner stack 'test' "
         "(platform.clusterOwnerStack) does not watch it, so its entities would never run; add 'blog-prod' to "
         "platform.cloudstate.extraWatchedNamespaces in Pulumi.test.yaml and deploy test first")
     # The program itself (as `pulumi up` runs it) stops in its config check: nothing is registered.

@@ -110,6 +110,7 @@ def test_the_entity_pods_the_operator_creates_are_counted(rendered_stacks):
         assert len(entities) == len(objects(rendered, "StatefulService")) > 0, stack
 
 
+@pytest.mark.example_stacks  # README's minimum cluster is for the example stack files
 def test_both_example_stacks_together_fit_a_developers_cluster(rendered_stacks):
     per_stack = {}
     lines = []

@@ -150,14 +150,16 @@ def test_config_reference_command_writes_and_checks(tmp_path, capsys):
 def _merged(base: dict, snippet: dict) -> dict:
     """A stack file's config with a snippet applied as the guide means it: each section the
     snippet names replaces that section of the key (lists are appended: the snippets show items
-    to add)."""
+    to add; an item named like one already there, e.g. a project a user has added already,
+    replaces it)."""
     config = dict(base)
     for key, value in snippet.items():
         old = config.get(key)
         if isinstance(old, dict) and isinstance(value, dict):
             config[key] = {**old, **value}
         elif isinstance(old, list) and isinstance(value, list):
-            config[key] = old + value
+            named = {item.get("name") for item in value if isinstance(item, dict)} - {None}
+            config[key] = [item for item in old if not (isinstance(item, dict) and item.get("name") in named)] + value
         else:
             config[key] = value
     return config
@@ -208,6 +210,13 @@ def test_a_broken_snippet_would_fail():
     bad = {"cloudstation:platform": {"stores": {"postgres": {"mode": "external", "hots": "pg"}}}}
     with pytest.raises(Exception, match="hots"):
         load(_merged(base, bad))
+
+
+def test_snippet_items_replace_items_of_the_same_name():
+    base = {"cloudstation:projects": [{"name": "a", "store": "x"}, {"name": "b"}], "cloudstation:platform": {"n": 1}}
+    merged = _merged(base, {"cloudstation:projects": [{"name": "a", "store": "y"}, {"name": "c"}]})
+    assert merged["cloudstation:projects"] == [{"name": "b"}, {"name": "a", "store": "y"}, {"name": "c"}]
+    assert merged["cloudstation:platform"] == {"n": 1}
 
 
 def _subcommands(text: str) -> list[str]:
@@ -284,6 +293,7 @@ def test_links_resolve():
             assert (path.parent / target).exists(), f"{path.name} links to missing {target}"
 
 
+@pytest.mark.example_stacks  # README describes the repository's own stack files, not a user's
 def test_readme_diagram_names_every_namespace_of_both_stacks(rendered_stacks):
     diagrams = _code_blocks(README.read_text(encoding="utf-8"), "mermaid")
     assert len(diagrams) == 1

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from infra import engine, render, versions
+from components.entity_image import GENERATED_LANGUAGES, generated_dockerfile
+from infra import delivery, engine, render, versions
 from tests import armada_variants, promoted
 
 STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]
@@ -72,6 +73,12 @@ def _graph(rendered: render.Rendered) -> engine.Graph:
 def deployed(rendered: render.Rendered) -> list[str]:
     """The pin groups whose references occur in a render (mirrored or not)."""
     text = json.dumps(rendered.resources())
+    # An entity without a Dockerfile is built from one the program generates (infra/delivery.py
+    # `entity_dockerfile`): its base images reach the stack only through the image's content tag.
+    # (Every language's: a base image that no entity of the stack uses then changes nothing.)
+    for image in rendered.of_type("docker:index/image:Image"):
+        if delivery.GENERATED_DIR.as_posix() in image.inputs["build"]["dockerfile"]:
+            text += "".join(generated_dockerfile(language, delivery.base_images(None)) for language in GENERATED_LANGUAGES)
     return [g for g, keys in GROUPS.items() if any(_repository_tag(versions.IMAGES[k]) in text for k in keys)]
 
 

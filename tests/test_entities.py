@@ -1,6 +1,7 @@
-"""The entities the stack files build (entities/): each meets the container contract, its base
-images are the pins of infra/versions.py, and its .dockerignore keeps exactly what goes into the
-image. The entities' own logic is tested with `node --test` (scripts/test.sh)."""
+"""The entities the stack files build (entities/, and a user's own): each meets the container
+contract, its base images are the pins of infra/versions.py, and its .dockerignore keeps exactly
+what goes into the image; an entity without a Dockerfile is checked with the one the program
+generates for it. The entities' own logic is tested with `node --test` (scripts/test.sh)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.entity_image import context_files
+from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES, context_files, generated_dockerfile
+from infra.delivery import base_images
 from infra.config import DIGEST_REF, Language
 from tests.promoted import validate_config  # prod as its first promotion writes it
 from infra.versions import IMAGES, digest_of, tag_of
@@ -35,13 +37,24 @@ def entity_dirs() -> dict[str, str]:
     return dict(sorted(dirs.items()))
 
 
-ENTITY_DIRS = list(entity_dirs())
-JAVASCRIPT_DIRS = [source for source, language in entity_dirs().items() if language == "javascript"]
+LANGUAGES = entity_dirs()
+ENTITY_DIRS = list(LANGUAGES)
+JAVASCRIPT_DIRS = [source for source, language in LANGUAGES.items() if language == "javascript"]
 
 
-def instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+def dockerfile_text(source: str) -> str:
+    """The entity's own Dockerfile, or the one the program generates for an entity without one
+    (infra/delivery.py `entity_dockerfile`; base images unmirrored)."""
+    own = ROOT / source / DOCKERFILE
+    if own.is_file():
+        return own.read_text()
+    assert LANGUAGES[source] in GENERATED_LANGUAGES, f"{source}: no Dockerfile, and none is generated for {LANGUAGES[source]}"
+    return generated_dockerfile(LANGUAGES[source], base_images(None))
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile's text, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", text)
     found = []
     for line in text.splitlines():
         line = line.strip()
@@ -51,39 +64,54 @@ def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     return found
 
 
-def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+def stages(text: str) -> list[list[tuple[str, str]]]:
     """The instructions of each build stage, in order (each starts with its FROM)."""
     result: list[list[tuple[str, str]]] = []
-    for instruction in instructions(dockerfile):
+    for instruction in instructions(text):
         if instruction[0] == "FROM":
             result.append([])
         result[-1].append(instruction)
     return result
 
 
-def copy_sources(dockerfile: Path) -> list[str]:
-    """Build-context paths the Dockerfile COPYs or ADDs (not those copied from another stage)."""
+def copy_sources(text: str) -> list[str]:
+    """Build-context paths the Dockerfile COPYs or ADDs (not those copied from another stage),
+    normalised: no leading `./` or trailing `/`, and `.` (the whole context) as ''."""
     sources = []
-    for keyword, rest in instructions(dockerfile):
+    for keyword, rest in instructions(text):
         if keyword in ("COPY", "ADD"):
             words = shlex.split(rest)
             if any(w.startswith("--from") for w in words):
                 continue
-            sources += [w for w in words[:-1] if not w.startswith("--")]
+            sources += [re.sub(r"^\./|^\.$", "", w).rstrip("/") for w in words[:-1] if not w.startswith("--")]
     return sources
 
 
-def test_the_stack_files_name_the_example_entities():
-    examples = {"entities/project-state", "entities/shop/add-item", "entities/shop/cart", "entities/shop/likes"}
-    assert examples <= set(JAVASCRIPT_DIRS)
+def entity_directories() -> set[str]:
+    """Every directory below entities/ that holds an entity: a .proto beside a Dockerfile or package.json."""
+    return {
+        path.parent.relative_to(ROOT).as_posix()
+        for path in (ROOT / "entities").rglob("*.proto")
+        if "node_modules" not in path.parts
+        and ((path.parent / DOCKERFILE).is_file() or (path.parent / "package.json").is_file())
+    }
+
+
+def test_every_entity_directory_is_one_the_stack_files_build():
+    """So each is checked below (and by scripts/test.sh's `node --test`): none is left unchecked."""
+    found = entity_directories()
+    assert found, "no entity directory found below entities/"
+    assert sorted(found - set(ENTITY_DIRS)) == []
 
 
 @pytest.mark.parametrize("source", ENTITY_DIRS)
 def test_each_entity_has_a_dockerfile_an_ignore_file_and_its_proto(source):
     directory = ROOT / source
-    assert (directory / "Dockerfile").is_file()
+    # Its own Dockerfile, or a language the program generates one for (infra/config.py checks the same).
+    assert (directory / DOCKERFILE).is_file() or LANGUAGES[source] in GENERATED_LANGUAGES
     assert (directory / ".dockerignore").is_file()
-    protos = list(directory.glob("*.proto"))
+    # JavaScript: at the top (the Dockerfiles compile `*.proto` there); others: anywhere in the sources.
+    protos = list(directory.glob("*.proto") if LANGUAGES[source] == "javascript" else directory.rglob("*.proto"))
     assert protos, f"{source} has no .proto"
     # The service with its entity key (actions have none) and the SDK's import for the option.
     keyed = [p for p in protos if "(.cloudstate.entity_key) = true" in p.read_text()]
@@ -97,7 +125,7 @@ def test_base_images_are_the_pins_of_versions_py(source):
     # pulls `FROM repo:tag@sha256:…` by the digest, so the base cannot change under the tag.
     pinned = set(IMAGES.values())
     names: set[str] = set()
-    for stage in stages(ROOT / source / "Dockerfile"):
+    for stage in stages(dockerfile_text(source)):
         words = stage[0][1].split()
         image = words[0]
         if image not in names:  # FROM <earlier stage> is not a base image
@@ -109,7 +137,7 @@ def test_base_images_are_the_pins_of_versions_py(source):
 
 @pytest.mark.parametrize("source", ENTITY_DIRS)
 def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source):
-    final = stages(ROOT / source / "Dockerfile")[-1]
+    final = stages(dockerfile_text(source))[-1]
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users, f"{source}: the final stage sets no USER"
     uid, _, gid = users[-1].partition(":")
@@ -122,10 +150,16 @@ def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source):
 
 @pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
 def test_the_javascript_entrypoint_reads_port(source):
-    final = stages(ROOT / source / "Dockerfile")[-1]
+    final = stages(dockerfile_text(source))[-1]
     command = json.loads(next(rest for keyword, rest in reversed(final) if keyword == "CMD"))
     assert command[0] == "node"
     entrypoint = ROOT / source / command[1]
+    if entrypoint.is_dir():  # `node .`: the package's main (Node's module resolution), else index.js
+        main = json.loads((entrypoint / "package.json").read_text()).get("main", "index.js")
+        entrypoint = entrypoint / main
+        if entrypoint.is_dir():
+            entrypoint = entrypoint / "index.js"
+    assert entrypoint.is_file(), f"{source}: CMD {command} runs {entrypoint.relative_to(ROOT)}, which does not exist"
     assert "process.env.PORT" in entrypoint.read_text(), f"{command[1]} does not read PORT"
 
 
@@ -133,11 +167,14 @@ def test_the_javascript_entrypoint_reads_port(source):
 def test_the_ignore_file_keeps_exactly_what_the_image_copies(source):
     directory = ROOT / source
     kept = set(context_files(directory))
-    copied = [s.rstrip("/") for s in copy_sources(directory / "Dockerfile")]
+    copied = copy_sources(dockerfile_text(source))
+
+    def under(path: str, copy: str) -> bool:
+        return copy == "" or path == copy or path.startswith(copy + "/")
+
     for path in copied:
-        assert path in kept or any(k.startswith(path + "/") for k in kept), f"COPY {path}: excluded or missing"
-    unused = [k for k in kept if k not in ("Dockerfile", ".dockerignore")
-              and not any(k == c or k.startswith(c + "/") for c in copied)]
+        assert any(under(k, path) for k in kept), f"COPY {path or '.'}: excluded or missing"
+    unused = [k for k in kept if k not in (DOCKERFILE, ".dockerignore") and not any(under(k, c) for c in copied)]
     assert unused == [], f"{source}: hashed into the tag but never copied into the image"
 
 
@@ -152,7 +189,7 @@ def test_tests_dependencies_and_docs_stay_out_of_the_build_context(source, tmp_p
         (copy / relative).write_text("x")
     kept = context_files(copy)
     assert [k for k in kept if k in extra or k.endswith((".test.js", ".test.mjs"))] == []
-    assert "Dockerfile" in kept
+    assert (DOCKERFILE in kept) == (copy / DOCKERFILE).is_file()
 
 
 @pytest.mark.parametrize("source", JAVASCRIPT_DIRS)

@@ -60,8 +60,9 @@ def test_entity_images_are_digest_pinned_and_are_the_exported_ones(rendered):
         key = "platform/project-state" if name == "project-state" else name.replace("-", "/", 1)
         assert user["image"] == images[key]
     if rendered.stack == "prod":  # prod deploys exactly the promoted references
-        assert images["shop/cart"] == config.projects[0].entities[0].image
-        assert images["platform/project-state"] == config.platform.project_state.image
+        promoted = {f"{p.name}/{e.name}": e.image for p in config.projects for e in p.entities}
+        promoted["platform/project-state"] = config.platform.project_state.image
+        assert images == promoted
 
 
 def test_entity_pods_pull_with_the_registry_secret_and_read_pods_for_akka_bootstrap(rendered):
@@ -119,10 +120,18 @@ def test_project_state_runs_in_its_own_namespace_with_its_own_store(rendered):
 
 
 def test_a_cassandra_project_names_its_keyspace_per_project_and_environment():
-    rendered = variant("non-owner")
-    cart = find(rendered, "StatefulService", "shop-cart", "shop-test")
-    assert cart["spec"]["datastore"] == {"name": "shop-cassandra", "config": {"keyspace": "shop_test"}}
-    assert "datastore" not in find(rendered, "StatefulService", "shop-likes", "shop-test")["spec"]
+    rendered = variant("non-owner")  # the test stack's projects on a managed Cassandra
+    projects = validate_config("test").projects
+    assert any(e.kind.needs_store for p in projects for e in p.entities)
+    for project in projects:
+        namespace = f"{project.name}-test"
+        for entity in project.entities:
+            spec = find(rendered, "StatefulService", f"{project.name}-{entity.name}", namespace)["spec"]
+            if entity.kind.needs_store:
+                keyspace = {"keyspace": store_key(project.name, "test")}
+                assert spec["datastore"] == {"name": f"{project.name}-cassandra", "config": keyspace}
+            else:
+                assert "datastore" not in spec
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -171,8 +180,9 @@ def test_a_service_name_longer_than_a_dns_label_is_rejected_at_config_time():
 
 
 def test_a_project_namespace_may_not_be_the_platform_namespace():
-    [problem] = load_problems(platform=lambda p: {**p, "namespace": "shop-test"})
-    assert problem == ("cloudstation:projects[0].name: 'shop' — its namespace 'shop-test' is the platform "
+    project = validate_config("test").projects[0].name
+    [problem] = load_problems(platform=lambda p: {**p, "namespace": f"{project}-test"})
+    assert problem == (f"cloudstation:projects[0].name: '{project}' — its namespace '{project}-test' is the platform "
                        "namespace (platform.namespace); rename the project or the platform namespace")
 
 
@@ -182,9 +192,11 @@ def test_an_entity_may_not_take_the_name_of_its_stores_objects(store, entity):
     """`shop-postgres` would be both the entity's and the database's Service and NetworkPolicy
     (creating the second fails on the cluster), and the entity's pods would carry the database's
     selector labels."""
+    first = validate_config("test").projects[0]
     [problem] = load_problems(projects=lambda projects: [
         {**projects[0], "store": store, "entities": [*projects[0]["entities"], {**projects[0]["entities"][0], "name": entity}]}])
-    assert problem == (f"cloudstation:projects[0].entities[3].name: '{entity}' — 'shop-{entity}' (the entity's "
+    index = len(first.entities)  # the added entity, after the project's own
+    assert problem == (f"cloudstation:projects[0].entities[{index}].name: '{entity}' — '{first.name}-{entity}' (the entity's "
                        f"Service and NetworkPolicy name) is already used by the project's {store} store or its "
                        "namespace; rename the entity")
 

@@ -41,7 +41,9 @@ def stores(rendered) -> list[dict]:
 
 def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentials(rendered):
     config = load(promoted.read(rendered.stack).values)
-    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {f"{config.platform.namespace}-state", f"shop-{rendered.stack}"}
+    # project-state's, and one per project with an event-sourced entity (the kind that needs a store)
+    with_store = {f"{p.name}-{rendered.stack}" for p in config.projects if any(e.kind.needs_store for e in p.entities)}
+    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {f"{config.platform.namespace}-state", *with_store}
     size = config.platform.stores.postgres.storage.size
     for store in stores(rendered):
         name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
