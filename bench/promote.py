@@ -6,9 +6,10 @@ Starts Debian's docker-registry (auth on) in a temp dir, pushes N distinct image
 each, a random layer of --layer-kib) with skopeo, then for each size:
 
 - promote: `infra.promote.promote` on a generated Pulumi.prod.yaml with N entities (verify each
-  digest, tag `prod` and `prod-<time>`, edit and write the file, append history);
+  digest, tag it `prod-<time>`, edit and write the file, append history); with --moving-tag also
+  a moving tag (the opt-in `--moving-tag prod`: one more PUT per image);
 - skopeo:  `skopeo copy docker://<repo>@<digest> docker://<repo>:skopeo-prod` per image, the
-  same registry (one tag per image, so it does less than promote).
+  same registry (one tag per image, like promote's default).
 
 Time is measured straight against the registry (the median of --repeat runs, the methods taking
 turns); requests and bytes (request and response bodies) in one more run through a counting proxy (tests/registry_server.py), the same way for both. It
@@ -48,7 +49,7 @@ def prod_file(entities: list[tuple[str, str]]) -> str:
         "  cloudstation:environment: prod",
         "  cloudstation:platform:",
         "    projectState:",
-        f"      image: {NODE_HOST}/platform/project-state@sha256:" + "0" * 64,
+        f"      image: {NODE_HOST}/platform/project-state@sha256:" + "1" * 64,
         "  cloudstation:projects:",
         "    - name: bench",
         "      entities:",
@@ -70,6 +71,7 @@ def main() -> int:
     parser.add_argument("--layer-kib", type=int, default=256)
     parser.add_argument("--parallel", type=int, default=promote.PARALLEL)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per method and size (median kept)")
+    parser.add_argument("--moving-tag", help="promote also writes this moving tag (e.g. prod), as the opt-in flag does")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-promote-"))
@@ -95,57 +97,60 @@ def main() -> int:
             timings: dict = {run_promote: [], run_skopeo: []}
             for repeat in range(args.repeat):
                 for method in timings:
-                    timings[method].append(method(work, registry.host, digests, size, f"direct{repeat}", args.parallel))
+                    timings[method].append(method(work, registry.host, digests, size, f"direct{repeat}", args))
             costs = {}
             for method, elapsed_runs in timings.items():
                 elapsed = statistics.median(elapsed_runs)
                 # Requests and bytes counted in one more run through the proxy (which adds its own latency).
                 proxy.reset()
-                method(work, proxy.host, digests, size, "proxied", args.parallel)
+                method(work, proxy.host, digests, size, "proxied", args)
                 seen, bytes_seen = proxy.reset()
                 if method is run_promote:
-                    check_promote_requests(seen, size)
+                    check_promote_requests(seen, size, 2 if args.moving_tag else 1)
                 costs[method] = elapsed / size
                 ratio = f"{costs[run_skopeo] / costs[run_promote]:>8.1f}x" if method is run_skopeo else ""
                 print(f"{size:>6}  {method.__name__[4:]:<8} {elapsed:>8.2f} {1000 * elapsed / size:>9.1f} "
                       f"{len(seen) / size:>15.2f} {bytes_seen / size:>12.0f} {ratio:>9}")
             speedups[size] = costs[run_skopeo] / costs[run_promote]
-    print(f"\nlayer: {args.layer_kib * 1024} bytes per image. promote = verify + tags prod and prod-<time> + "
-          f"file edit and history; skopeo = one tag. requests/image for promote: one GET and one PUT per tag "
-          f"(checked), plus one 401 challenge per run.")
+    tags = f"tags {args.moving_tag} and prod-<time>" if args.moving_tag else "tag prod-<time>"
+    print(f"\nlayer: {args.layer_kib * 1024} bytes per image. promote = verify + {tags} + file edit and history; "
+          f"skopeo = one tag. requests/image for promote: one GET and one PUT per tag (checked), plus one 401 "
+          f"challenge per run.")
     print("speed-up of promote over skopeo: " + ", ".join(f"{n} images {r:.1f}x" for n, r in speedups.items()))
     shutil.rmtree(work)
     return 0
 
 
-def check_promote_requests(seen, size: int) -> None:
+def check_promote_requests(seen, size: int, tags: int) -> None:
     """Exactly one 401 challenge, and per image one GET of the manifest by digest and one PUT per tag."""
     challenges = [s for s in seen if s.status == 401]
     gets = [s for s in seen if s.method == "GET" and s.status == 200]
     puts = [s for s in seen if s.method == "PUT" and s.status == 201]
-    assert len(challenges) == 1 and len(gets) == size and len(puts) == 2 * size and len(seen) == 1 + 3 * size, (
-        f"{len(seen)} requests for {size} images: {len(challenges)} challenges, {len(gets)} GETs, {len(puts)} PUTs"
-    )
-    assert len({s.path for s in gets}) == size and len({s.path for s in puts}) == 2 * size
+    assert len(challenges) == 1 and len(gets) == size and len(puts) == tags * size and \
+        len(seen) == 1 + (1 + tags) * size, (
+            f"{len(seen)} requests for {size} images: {len(challenges)} challenges, {len(gets)} GETs, {len(puts)} PUTs"
+        )
+    assert len({s.path for s in gets}) == size and len({s.path for s in puts}) == tags * size
 
 
-def run_promote(work: Path, host: str, digests: list[str], size: int, run: str, parallel: int) -> float:
+def run_promote(work: Path, host: str, digests: list[str], size: int, run: str, args) -> float:
     """Promote `size` images into a fresh prod file; returns the elapsed seconds."""
     root = work / f"root-{size}-{run}"
     root.mkdir()
     (root / "Pulumi.prod.yaml").write_text(
-        prod_file([(f"e{i}", f"{NODE_HOST}/bench/e{i}@sha256:" + "0" * 64) for i in range(size)])
+        prod_file([(f"e{i}", f"{NODE_HOST}/bench/e{i}@sha256:" + "1" * 64) for i in range(size)])
     )
     os.environ[registry_api.ADDRESSES_ENV] = f"{NODE_HOST}={host}"
     images = {f"bench/e{i}": f"{NODE_HOST}/bench/e{i}:test@{digests[i]}" for i in range(size)}
     started = time.monotonic()
-    result = promote.promote(root=root, projects=["bench"], images=images, parallel=parallel)
+    result = promote.promote(root=root, projects=["bench"], images=images, parallel=args.parallel,
+                             moving_tag=args.moving_tag)
     elapsed = time.monotonic() - started
     assert len(result.changes) == size
     return elapsed
 
 
-def run_skopeo(work: Path, host: str, digests: list[str], size: int, run: str, parallel: int) -> float:
+def run_skopeo(work: Path, host: str, digests: list[str], size: int, run: str, args) -> float:
     """`skopeo copy` each image to a new tag in the same registry; returns the elapsed seconds."""
     started = time.monotonic()
     for i in range(size):

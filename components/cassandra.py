@@ -40,6 +40,7 @@ class CassandraSettings(ConfigModel):
     """How Cassandra runs (stack config). `managed` deploys a cluster; `external` uses yours."""
 
     mode: Literal["managed", "external"] = "managed"
+    """`managed`: this stack runs Cassandra; `external`: it uses yours at `host` (with `credentialsSecret`)."""
     username: str = Field(default="cloudstate", pattern=r"^[a-z][a-z0-9_]{0,47}$")
     """managed: the login role created for CloudState (its password is generated)."""
     replicas: int = Field(default=1, ge=1, le=9)

@@ -80,9 +80,13 @@ class Resources(ConfigModel):
     """Requests and limits of one container."""
 
     cpu_request: CpuQuantity = "100m"
+    """CPU the scheduler reserves for the container (a Kubernetes quantity: `250m`, `1`)."""
     memory_request: MemoryQuantity = "128Mi"
+    """Memory the scheduler reserves for the container (`128Mi`, `1Gi`)."""
     cpu_limit: CpuQuantity = "500m"
+    """CPU the container is throttled at."""
     memory_limit: MemoryQuantity = "512Mi"
+    """Memory at which the container is killed (OOMKilled) and restarted."""
 
     def spec(self) -> dict:
         return {
@@ -95,6 +99,7 @@ class Storage(ConfigModel):
     """A persistent volume claim's size and class."""
 
     size: StorageSize = "10Gi"
+    """Size the PersistentVolumeClaim requests (a quantity with a unit, e.g. `10Gi`)."""
     storage_class: Optional[str] = None
     """StorageClass name; unset uses the cluster's default class."""
 

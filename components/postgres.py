@@ -52,13 +52,16 @@ class SecretRef(ConfigModel):
     """An existing Secret (with keys `username` and `password`) in any namespace."""
 
     namespace: DnsLabel
+    """Namespace of the Secret."""
     name: DnsLabel
+    """Name of the Secret."""
 
 
 class PostgresSettings(ConfigModel):
     """How a PostgreSQL server runs (stack config). `managed` deploys one; `external` uses yours."""
 
     mode: Literal["managed", "external"] = "managed"
+    """`managed`: this stack runs the server; `external`: it uses yours at `host` (with `credentialsSecret`)."""
     database: str = Field(default="cloudstate", pattern=IDENTIFIER)
     """Database the credentials Secret names (created by the managed server, or by the Job)."""
     username: str = Field(default="cloudstate", pattern=IDENTIFIER)

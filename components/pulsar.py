@@ -60,6 +60,7 @@ class PulsarSettings(ConfigModel):
     volume (small and test installs); `external` uses an existing Pulsar cluster (prod-size)."""
 
     mode: Literal["managed", "external"] = "managed"
+    """`managed`: this stack runs Pulsar standalone; `external`: Armada uses yours at `url`."""
     # The defaults fit a developer's cluster: broker, bookie and metadata store in one JVM with
     # the heap of Pulsar's small-cluster examples plus some (they give broker and bookie 256m each).
     # Standalone sizes the bookie's write and read-ahead caches from the direct memory

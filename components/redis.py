@@ -41,6 +41,7 @@ class RedisSettings(ConfigModel):
     `external` points at an existing one whose password is in an existing Secret."""
 
     mode: Literal["managed", "external"] = "managed"
+    """`managed`: this stack runs Redis; `external`: Armada uses yours at `host`."""
     port: int = Field(default=6379, ge=1, le=65535)
     """Port the managed Redis listens on, or the external Redis's port."""
     resources: kube.Resources = kube.Resources(

@@ -4,7 +4,8 @@
     port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
     preflight --stack STACK           check tools, cluster and Docker before deploying (scripts/up.sh)
     promote --from test --to prod     copy test's deployed digest-pinned images into Pulumi.prod.yaml
-    rollback --stack prod             undo the latest promotion (docs/promotion.md)
+    rollback --stack prod [--to ID]   undo the latest promotion, or every one after ID (docs/promotion.md)
+    try-promotion                     promote and roll back locally: throwaway registry, synthetic images
     config-reference [--check]        write docs/config-reference.md from the config models
     pin-images [--image NAME]         record the digest each pinned image tag resolves to (skopeo)
 """
@@ -82,18 +83,27 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _report(result, verb: str, done: str) -> None:
+    for note in result.notes:
+        print(f"note: {note}")
+    undoes = f" (undoes promotion {', '.join(map(str, result.undoes))})" if result.undoes else ""
     if not result.changes:
-        print(f"{result.stack_file.name} already has these references; nothing to {verb}")
+        if result.record is not None:
+            print(f"{result.stack_file.name} unchanged; recorded as #{result.record['id']}{undoes}")
+        elif result.dry_run and result.undoes:
+            print(f"dry run: {result.stack_file.name} would stay unchanged{undoes}")
+        else:
+            print(f"{result.stack_file.name} already has these references; nothing to {verb}")
         return
     print(result.diff, end="")
     stats = result.stats
     cost = f"{stats.requests} registry requests, {stats.bytes_sent + stats.bytes_received} bytes"
     if result.dry_run:
-        print(f"dry run: would {verb} {len(result.changes)} image(s) and tag them {', '.join(result.tags)} ({cost})")
+        print(f"dry run: would {verb} {len(result.changes)} image(s) and tag them {', '.join(result.tags)}{undoes} "
+              f"({cost})")
     else:
         print(
             f"{done} {len(result.changes)} image(s) in {result.stack_file.name}, tagged {', '.join(result.tags)}, "
-            f"recorded as #{result.record['id']} ({cost})"
+            f"recorded as #{result.record['id']}{undoes} ({cost})"
         )
 
 
@@ -102,7 +112,7 @@ def _promote(args: argparse.Namespace) -> int:
 
     result = promote.promote(
         args.source, args.target, root=Path(args.root), projects=args.project, entities=args.entity,
-        dry_run=args.dry_run, backend=args.backend, timeout=args.timeout,
+        dry_run=args.dry_run, backend=args.backend, timeout=args.timeout, moving_tag=args.moving_tag,
     )
     _report(result, "promote", "promoted")
     return 0
@@ -111,9 +121,22 @@ def _promote(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     from infra import promote
 
-    result = promote.rollback(args.stack, root=Path(args.root), dry_run=args.dry_run, timeout=args.timeout)
+    result = promote.rollback(
+        args.stack, root=Path(args.root), dry_run=args.dry_run, to=args.to, force=args.force, timeout=args.timeout,
+        moving_tag=args.moving_tag,
+    )
     _report(result, "roll back", "rolled back")
     return 0
+
+
+def _try_promotion(args: argparse.Namespace) -> int:
+    from infra import try_promotion
+
+    try:
+        return try_promotion.main(keep=args.keep)
+    except try_promotion.TryError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
 def _config_reference(args: argparse.Namespace) -> int:
@@ -144,6 +167,12 @@ def _pin_images(args: argparse.Namespace) -> int:
     print(f"{Path(args.digests).name}: {verb} {len(changes)} digest(s)" if changes or dropped else
           f"{Path(args.digests).name}: every resolved digest is already recorded")
     return 0
+
+
+MOVING_TAG_HELP = (
+    "also move this tag (e.g. prod) to each image; off by default: prod deploys by digest, and ECR repositories "
+    "with immutable tags refuse a moving tag (docs/promotion.md)"
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -181,16 +210,32 @@ def parser() -> argparse.ArgumentParser:
     )
     promote.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_SECONDS,
                          help="give up after this many seconds of state, registry and API waits (default %(default)g)")
+    promote.add_argument("--moving-tag", metavar="TAG", help=MOVING_TAG_HELP)
     promote.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     promote.set_defaults(run=_promote)
 
     rollback = commands.add_parser("rollback", help="restore the references the latest promotion replaced")
     rollback.add_argument("--stack", required=True, help="stack whose latest promotion is undone")
+    rollback.add_argument(
+        "--to", metavar="PROMOTION",
+        help="undo every promotion after this one: its id, its time (2026-03-04T05:06:07Z) or its tag (prod-20260304T050607Z)",
+    )
+    rollback.add_argument("--force", action="store_true",
+                          help="also replace image references edited by hand since (the record keeps them)")
+    rollback.add_argument("--moving-tag", metavar="TAG", help=MOVING_TAG_HELP)
     rollback.add_argument("--dry-run", action="store_true", help="print the exact change; write and tag nothing")
     rollback.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_SECONDS,
                           help="give up after this many seconds of registry waits (default %(default)g)")
     rollback.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     rollback.set_defaults(run=_rollback)
+
+    trial = commands.add_parser(
+        "try-promotion",
+        help="promote and roll back on this machine: a throwaway local registry, synthetic images, a copy of "
+             "Pulumi.prod.yaml (docs/promotion.md)",
+    )
+    trial.add_argument("--keep", action="store_true", help="keep the temporary directory afterwards")
+    trial.set_defaults(run=_try_promotion)
 
     reference = commands.add_parser(
         "config-reference", help="write the stack config reference (docs/config-reference.md) from the models"

@@ -1,7 +1,8 @@
 """Promotion: copy the test stack's deployed, digest-pinned image references into the prod stack file.
 
     python -m infra promote --from test --to prod [--project P ...] [--entity P/E ...] [--dry-run]
-    python -m infra rollback --stack prod [--dry-run]
+                            [--moving-tag TAG]
+    python -m infra rollback --stack prod [--to ID|TIME] [--force] [--dry-run] [--moving-tag TAG]
 
 A promotion, in this order (any refusal before step 7 leaves the stack file and the history as they
 were; tags added in step 6 stay, they only mark images):
@@ -12,14 +13,19 @@ were; tags added in step 6 stay, they only mark images):
    in the target stack's registry, at the entity's repository (`<prefix>/<project>/<entity>`);
 4. compute the exact edit of Pulumi.<to>.yaml and validate the result as the program would;
 5. fetch each manifest by digest from its registry (refuse if any is missing);
-6. tag each promoted manifest `<to>` and `<to>-<UTC timestamp>` inside its registry (manifest
-   bytes only, no layers): one GET and one PUT per tag, on kept-alive connections, a bounded
-   number of images at a time;
+6. tag each promoted manifest `<to>-<UTC timestamp>` inside its registry (manifest bytes only, no
+   layers): one GET and one PUT per image, on kept-alive connections, a bounded number of images at
+   a time. A moving tag (e.g. `prod`) only with `moving_tag`: nothing deploys by it (prod deploys
+   by digest), it costs one more PUT per image, and an ECR repository with immutable tags refuses
+   it from the second promotion on;
 7. append the record as `pending`, write the stack file atomically, mark the record `done`.
 
-`rollback` undoes the latest promotion that has not been rolled back, the same way, and records
-that too. Registry credentials are read by infra/registry_api.py and never printed. Everything
-that waits on the network shares one deadline (`timeout`, infra/limits.py).
+`rollback` undoes the latest promotion still in effect (or, with `to`, every promotion after the
+given one), the same way, and records that too. An entity a promotion gave its first image keeps
+it (there is no earlier image; prod cannot run an entity without one). Every refusal names a
+remedy that works (tests/test_promote.py runs each). Registry credentials are read by
+infra/registry_api.py and never printed. Everything that waits on the network shares one deadline
+(`timeout`, infra/limits.py).
 """
 from __future__ import annotations
 
@@ -29,12 +35,13 @@ import functools
 import json
 import os
 import re
+import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 from infra import registry_api, stack_file, state_backend
 from infra import config as stack_config
@@ -55,10 +62,15 @@ STATES = ("pending", "done", "abandoned")
 killed run left pending is `done` if the file holds its references, `abandoned` if it holds the
 previous ones. Records without `state` (written before states existed) are done."""
 WHEN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+STAMP = "%Y%m%dT%H%M%SZ"
+"""The time in a `<stack>-<time>` tag, e.g. prod-20260304T050607Z."""
+TAG = re.compile(r"\A\w[\w.-]{0,127}\Z", re.ASCII)
+"""A tag as registries accept it (distribution's reference grammar)."""
+CLI = "python -m infra"
 
 
 class PromotionRefused(Exception):
-    """Nothing was changed; str() lists every reason."""
+    """Nothing was changed; str() lists every reason, and the last lines say what to do."""
 
     def __init__(self, problems: list[str], what: str = "promotion"):
         self.problems = problems
@@ -83,6 +95,10 @@ class Result:
     dry_run: bool = False
     stats: registry_api.Stats = field(default_factory=registry_api.Stats)
     record: Optional[dict] = None
+    notes: list[str] = field(default_factory=list)
+    """What the run decided beyond the diff (e.g. an entity kept at its first image by a rollback)."""
+    undoes: list[int] = field(default_factory=list)
+    """A rollback: the promotions it undoes (newest first)."""
 
     @property
     def diff(self) -> str:
@@ -101,11 +117,35 @@ def history_path(root: Path, stack: str) -> Path:
     return root / f"promotions.{stack}.jsonl"
 
 
+def command(*argv: str) -> str:
+    """A command line to show as a remedy, in backticks (tests parse and run them)."""
+    return f"`{CLI} {shlex.join(argv)}`"
+
+
+def promote_command(source: str, target: str, keys: Iterable[str] = (), projects: Iterable[str] = ()) -> str:
+    argv = ["promote", "--from", source, "--to", target]
+    for project in projects:
+        argv += ["--project", project]
+    for key in keys:
+        argv += ["--entity", key]
+    return command(*argv)
+
+
+def timestamp_tag(stack: str, when: datetime) -> str:
+    return f"{stack}-{when.astimezone(timezone.utc):{STAMP}}"
+
+
 # --- the history file ------------------------------------------------------------------------
 
 
 def state_of(record: dict) -> str:
     return record.get("state", "done")
+
+
+def undone_ids(record: dict) -> list[int]:
+    """The promotions a rollback record undoes (`undoes`: a list of ids; an int in older records)."""
+    undoes = record.get("undoes")
+    return [undoes] if isinstance(undoes, int) else list(undoes or [])
 
 
 def read_history(root: Path, stack: str, what: str = "promotion") -> list[dict]:
@@ -114,38 +154,64 @@ def read_history(root: Path, stack: str, what: str = "promotion") -> list[dict]:
     return _read_history(history_path(root, stack), what)[1]
 
 
+def active_promotions(history: list[dict]) -> list[dict]:
+    """Promotions in effect: done, and not undone by a done rollback; oldest first."""
+    undone = {i for r in history if r["action"] == "rollback" and state_of(r) == "done" for i in undone_ids(r)}
+    return [r for r in history if r["action"] == "promote" and state_of(r) == "done" and r["id"] not in undone]
+
+
+def recorded(history: list[dict]) -> dict[str, str]:
+    """What the history says the stack file holds now: each key's reference from the last done
+    record that wrote it."""
+    current: dict[str, str] = {}
+    for record in history:
+        if state_of(record) == "done":
+            current.update(record["references"])
+    return current
+
+
 def _read_history(path: Path, what: str) -> tuple[str, list[dict]]:
     if not path.is_file():
         return "", []
     text = path.read_bytes().decode("utf-8", "replace")
-    records, problems = [], []
+    records, problems, bad = [], [], []
     lines = [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
     for position, (number, line) in enumerate(lines):
         try:
             record = json.loads(line)
         except ValueError as error:
             problems.append(f"{path.name} line {number}: not JSON ({error.msg})")
+            bad.append(number)
             continue
-        found = _record_problems(record, len(records) + 1, records, last=position == len(lines) - 1)
-        problems += [f"{path.name} line {number}: {p}" for p in found]
-        records.append(record)
+        found = _record_problems(record, records, last=position == len(lines) - 1)
+        if found:
+            problems += [f"{path.name} line {number}: {p}" for p in found]
+            bad.append(number)
+        else:
+            records.append(record)  # only valid records count as earlier ones (ids, undoes)
     if problems:
-        raise PromotionRefused(problems + [f"fix or remove those lines of {path} by hand, then run it again"], what)
+        raise PromotionRefused(problems + [
+            f"remove line{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} of {path} (or restore the file from "
+            f"git: `git checkout -- {path.name}`), then run it again"
+        ], what)
     return text, records
 
 
-def _record_problems(record, expected_id: int, earlier: list[dict], last: bool) -> list[str]:
+def _record_problems(record, earlier: list[dict], last: bool) -> list[str]:
     if not isinstance(record, dict):
         return ["not a JSON object"]
     problems = []
-    if record.get("id") != expected_id:
-        problems.append(f"id {record.get('id')!r}, expected {expected_id} (ids count up from 1)")
+    previous_id = earlier[-1]["id"] if earlier else 0
+    if not isinstance(record.get("id"), int) or isinstance(record.get("id"), bool) or record["id"] <= previous_id:
+        problems.append(f"id {record.get('id')!r} is not a whole number above {previous_id} (ids count up)")
     if not isinstance(record.get("when"), str) or not WHEN.match(record["when"]):
         problems.append(f"when {record.get('when')!r} is not a UTC time like 2026-03-04T05:06:07Z")
-    if record.get("action") not in ("promote", "rollback"):
-        problems.append(f"action {record.get('action')!r} is not promote or rollback")
+    action = record.get("action")
+    if action not in ("promote", "rollback"):
+        problems.append(f"action {action!r} is not promote or rollback")
     references, previous = record.get("references"), record.get("previous")
-    if not isinstance(references, dict) or not references or not all(
+    # A rollback that only kept first images writes nothing, and records that it undid them.
+    if not isinstance(references, dict) or (not references and action != "rollback") or not all(
         isinstance(k, str) and "/" in k and is_digest_ref(v) for k, v in references.items()
     ):
         problems.append("references must map <project>/<entity> to digest-pinned references")
@@ -159,10 +225,12 @@ def _record_problems(record, expected_id: int, earlier: list[dict], last: bool) 
         problems.append(f"state {record.get('state')!r} is not one of {', '.join(STATES)}")
     elif record.get("state") == "pending" and not last:
         problems.append("only the last record can be pending")
-    if record.get("action") == "rollback":
-        undone = next((r for r in earlier if r.get("id") == record.get("undoes")), None)
-        if undone is None or undone.get("action") != "promote":
-            problems.append(f"undoes {record.get('undoes')!r}, which is not an earlier promotion")
+    if action == "rollback":
+        undoes = record.get("undoes")
+        ids = undone_ids(record) if isinstance(undoes, (int, list)) and not isinstance(undoes, bool) else None
+        promotions = {r["id"] for r in earlier if r.get("action") == "promote"}
+        if not ids or not all(isinstance(i, int) and i in promotions for i in ids):
+            problems.append(f"undoes {undoes!r}, which is not an earlier promotion")
     return problems
 
 
@@ -182,18 +250,27 @@ def _append(path: Path, record: dict) -> None:
         stack_file.sync_directory(path.parent)
 
 
-def _settle(path: Path, text: str, record: dict, state: str) -> None:
-    """Rewrite the last record (the pending one) with its final state, atomically."""
-    body = text.rstrip("\n")
-    head, _, last = body.rpartition("\n")
-    if json.loads(last).get("id") != record["id"]:
-        raise PromotionRefused([f"{path.name}: the last line is not record {record['id']}"])
-    settled = {**record, "state": state}
-    stack_file.write_atomic(path, (head + "\n" if head else "") + json.dumps(settled) + "\n", expected=text)
-    record["state"] = state
+def _settle(path: Path, record: dict, state: str) -> None:
+    """Rewrite the pending record's line with its final state, atomically (found by its id)."""
+    text = stack_file.read_text(path)
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        try:
+            found = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(found, dict) and found.get("id") == record["id"] and found.get("state") == "pending":
+            lines[index] = json.dumps({**record, "state": state})
+            stack_file.write_atomic(path, "\n".join(lines), expected=text)
+            record["state"] = state
+            return
+    raise PromotionRefused([
+        f"{path.name}: record {record['id']} is no longer there, but its change was written; "
+        f"add this line back at its end, then run it again: {json.dumps({**record, 'state': state})}"
+    ])
 
 
-def _settle_pending(path: Path, text: str, history: list[dict], parsed: stack_file.Parsed, dry_run: bool,
+def _settle_pending(path: Path, history: list[dict], parsed: stack_file.Parsed, dry_run: bool,
                     what: str) -> None:
     """A record a killed run left pending: done if the stack file holds its references (the file
     was written), abandoned if it holds the previous ones (it was not)."""
@@ -201,20 +278,26 @@ def _settle_pending(path: Path, text: str, history: list[dict], parsed: stack_fi
         return
     record = history[-1]
     current = {key: slot.value for key, slot in parsed.slots.items()}
-    if all(key in current and current[key] == ref for key, ref in record["references"].items()):
+    holds = [key in current and current[key] == ref for key, ref in record["references"].items()]
+    if all(holds):
         state = "done"
     elif all(key in current and current[key] == ref for key, ref in record["previous"].items()):
         state = "abandoned"
     else:
+        # Edited since the interruption. Either state is consistent from here: rollback compares
+        # the file with what the history says before it changes anything.
+        suggested = "done" if any(holds) else "abandoned"
+        line = next(n for n, text in enumerate(stack_file.read_text(path).split("\n"), 1)
+                    if text.strip() and json.loads(text).get("id") == record["id"])
         raise PromotionRefused([
-            f"{path.name}: record {record['id']} ({record['action']}, {record['when']}) was interrupted and "
-            f"{parsed.source} now holds neither its references nor the previous ones; set its state to "
-            f"\"done\" or \"abandoned\" by hand"
+            f"{path.name}: record {record['id']} ({record['action']}, {record['when']}) was interrupted, and "
+            f"{parsed.source} now holds neither its references nor the previous ones (it was edited since)",
+            f"set \"state\" to \"{suggested}\" on line {line} of {path}, then run it again",
         ], what)
     if dry_run:
         record["state"] = state
     else:
-        _settle(path, text, record, state)
+        _settle(path, record, state)
 
 
 @contextlib.contextmanager
@@ -230,7 +313,7 @@ def _locked(root: Path, what: str) -> Iterator[None]:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PromotionRefused(
-                [f"another promote or rollback is running in {root}; wait for it to finish"], what
+                [f"another promote or rollback is running in {root}; wait for it to finish, then run this again"], what
             ) from None
         yield
     finally:
@@ -247,9 +330,11 @@ def registry_of(parsed: stack_file.Parsed, what: str = "promotion") -> tuple[str
     try:
         registry = stack_config.RegistryConfig.model_validate(section)
     except ValueError as error:
-        raise PromotionRefused(
-            [f"{parsed.source}: {stack_file.PLATFORM}.registry is not valid: {str(error).splitlines()[0]}"], what
-        ) from None
+        raise PromotionRefused([
+            f"{parsed.source}: {stack_file.PLATFORM}.registry is not valid: {str(error).splitlines()[0]}",
+            f"fix {stack_file.PLATFORM}.registry in {parsed.source} (docs/config-reference.md lists its keys), "
+            "then run it again",
+        ], what) from None
     return registry.pull_host, registry.repository_prefix
 
 
@@ -262,50 +347,88 @@ def select(
     images: dict[str, str], slots: dict[str, stack_file.ImageSlot], projects: Iterable[str], entities: Iterable[str],
     source: str, target: str, registry: Optional[tuple[str, str]] = None,
 ) -> dict[str, str]:
-    """The test references to promote, keyed `<project>/<entity>`; refuses on any problem.
+    """The test references to promote, keyed `<project>/<entity>`; refuses on any problem, each
+    with what to do about it.
 
     `registry` is the target's (pull host, prefix): each reference must be there, at its entity's
     repository, or prod would run an image from elsewhere with credentials meant for its registry."""
     projects, entities = list(projects), list(entities)
     problems: list[str] = []
     both = set(images) | set(slots)
+    target_file = f"Pulumi.{target}.yaml"
     if not projects and not entities:
-        keys = both
+        keys = set(both)
     else:
         keys = set()
+        known_projects = sorted({k.split("/", 1)[0] for k in both})
         for project in projects:
             found = {k for k in both if k.split("/", 1)[0] == project}
             if not found:
-                problems.append(f"--project {project}: no such project in the {source} stack or Pulumi.{target}.yaml")
+                instead = (difflib.get_close_matches(project, known_projects, 1) or known_projects)[:1]
+                problems.append(
+                    f"--project {project}: no such project in the {source} stack or {target_file} (projects: "
+                    f"{', '.join(known_projects)}), e.g. "
+                    + promote_command(source, target, entities, [p for p in projects if p != project] + instead)
+                )
             keys |= found
         for entity in entities:
+            if "/" in entity and entity in both:
+                keys.add(entity)
+                continue
+            named = sorted(k for k in both if k.split("/", 1)[1] == entity) or \
+                difflib.get_close_matches(entity, sorted(both), 1) or sorted(both)[:1]
+            instead = promote_command(source, target, [e for e in entities if e != entity] + named[:1], projects)
             if "/" not in entity:
-                problems.append(f"--entity {entity!r}: must be <project>/<entity>, e.g. shop/cart")
-            elif entity not in both:
-                problems.append(f"--entity {entity}: no such entity in the {source} stack or Pulumi.{target}.yaml")
-            keys.add(entity)
-        keys &= both
+                problems.append(f"--entity {entity!r}: must be <project>/<entity>, e.g. {instead}")
+            else:
+                problems.append(f"--entity {entity}: no such entity in the {source} stack or {target_file} "
+                                f"(entities: {', '.join(sorted(both))}), e.g. {instead}")
+        # An entity of the target without an image yet must come along, or its file cannot deploy.
+        imageless = [key for key in sorted(set(slots) - keys) if slots[key].value is None]
+        for key in imageless:
+            if key in images:
+                problems.append(f"{key}: has no image in {target_file} yet ({target} cannot deploy without one) "
+                                "and is not selected")
+            else:
+                problems.append(_missing_in_source(key, slots[key], source, target_file))
+        if imageless and all(key in images for key in imageless):
+            problems.append("promote them too: " + promote_command(source, target, entities + imageless, projects))
+    blocked: set[str] = set()
     for key in sorted(keys):
+        problem = None
         if key not in images:
-            problems.append(
-                f"{key}: in Pulumi.{target}.yaml ({slots[key].path}) but missing from the {source} stack's "
-                f"`{IMAGES_OUTPUT}` output — deploy it to {source} first"
-            )
+            problem = _missing_in_source(key, slots[key], source, target_file)
         elif key not in slots:
-            problems.append(
-                f"{key}: deployed in {source} but missing from Pulumi.{target}.yaml — add the entity to "
-                f"{stack_file.PROJECTS} there first"
-            )
+            problem = (f"{key}: deployed in {source} but missing from {target_file} — add the entity to "
+                       f"{stack_file.PROJECTS} there first")
         elif not is_digest_ref(images[key]):
-            problems.append(
-                f"{key}: the {source} reference {images[key]!r} is not pinned by digest "
-                f"(<registry>/<repository>[:tag]@sha256:<64 hex>)"
-            )
-        elif registry is not None and (problem := _slot_problem(key, images[key], registry)):
-            problems.append(f"{key}: the {source} reference {images[key]!r}: {problem}")
+            problem = (f"{key}: the {source} reference {images[key]!r} is not pinned by digest "
+                       f"(<registry>/<repository>[:tag]@sha256:<64 hex>) — deploy {source} with this program "
+                       f"(`bash scripts/up.sh {source}`), whose `{IMAGES_OUTPUT}` output pins every image by digest")
+        elif registry is not None and (found := _slot_problem(key, images[key], registry)):
+            problem = (f"{key}: the {source} reference {images[key]!r}: {found} — deploy {source} with the same "
+                       f"registry as {target_file} (platform.registry, docs/registry.md)")
+        if problem:
+            problems.append(problem)
+            blocked.add(key)
     if problems:
+        others = sorted(keys - blocked)
+        # Promoting the others only works if every blocked entity of the target keeps an image.
+        if blocked and others and all(key not in slots or slots[key].value is not None for key in blocked) \
+                and len(problems) == len(blocked):
+            problems.append(f"or promote only the others: {promote_command(source, target, others)}")
         raise PromotionRefused(problems)
     return {key: images[key] for key in sorted(keys)}
+
+
+def _missing_in_source(key: str, slot: stack_file.ImageSlot, source: str, target_file: str) -> str:
+    where = f"{target_file} ({slot.path})"
+    if slot.value is None:
+        return (f"{key}: in {where} without an image, and missing from the {source} stack's `{IMAGES_OUTPUT}` "
+                f"output — deploy it to {source} first (`bash scripts/up.sh {source}`), or remove the entity "
+                f"from {stack_file.PROJECTS} in {target_file}")
+    return (f"{key}: in {where} but missing from the {source} stack's `{IMAGES_OUTPUT}` output — deploy it to "
+            f"{source} first (`bash scripts/up.sh {source}`)")
 
 
 # --- the registry work, in parallel ------------------------------------------------------------
@@ -346,29 +469,41 @@ def _run(jobs: list[Callable[[], object]], parallel: int) -> list[object]:
         return list(pool.map(attempt, jobs))
 
 
-def _fetch(refs: dict[str, str], registries: _Registries, what: str, parallel: int) -> dict[str, registry_api.Manifest]:
-    """Each reference's manifest from its registry; refuses if any digest is not there."""
+ACCESS_REMEDY = (
+    f"check the registry credentials ({registry_api.USERNAME_ENV}, {registry_api.PASSWORD_ENV} and "
+    f"{registry_api.HOST_ENV}, or the docker config; docs/promotion.md, Registry credentials) and that the "
+    "registry answers, then run it again"
+)
+
+
+def _fetch(refs: dict[str, str], registries: _Registries, what: str, parallel: int,
+           missing: Callable[[list[str]], list[str]]) -> dict[str, registry_api.Manifest]:
+    """Each reference's manifest from its registry; refuses if any digest is not there (`missing`
+    gives the remedy lines for those keys)."""
     images = {key: registry_api.ImageRef.parse(ref) for key, ref in refs.items()}
     try:
         clients = {key: registries(image.registry) for key, image in images.items()}
     except registry_api.RegistryError as error:
-        raise PromotionRefused([str(error)], what) from None
+        raise PromotionRefused([str(error), ACCESS_REMEDY], what) from None
     jobs = [functools.partial(clients[key].manifest, image) for key, image in images.items()]
-    manifests, problems = {}, []
+    manifests, problems, absent, failed = {}, [], [], False
     for (key, image), manifest in zip(images.items(), _run(jobs, parallel)):
         if isinstance(manifest, registry_api.RegistryError):
             problems.append(f"{key}: {manifest}")
+            failed = True
         elif manifest is None:
             problems.append(f"{key}: {image.digest} is not in the registry ({image.registry}/{image.repository})")
+            absent.append(key)
         else:
             manifests[key] = manifest
     if problems:
-        raise PromotionRefused(problems, what)
+        raise PromotionRefused(problems + ([ACCESS_REMEDY] if failed else []) + (missing(absent) if absent else []),
+                               what)
     return manifests
 
 
 def _tag(changes: list[Change], manifests: dict, tags: list[str], registries: _Registries, what: str,
-         parallel: int) -> None:
+         parallel: int, moving_tag: Optional[str]) -> None:
     jobs, labels = [], []
     for change in changes:
         image = registry_api.ImageRef.parse(change.new)
@@ -378,16 +513,30 @@ def _tag(changes: list[Change], manifests: dict, tags: list[str], registries: _R
     problems = [f"{key}: {error}" for key, error in zip(labels, _run(jobs, parallel)) if error is not None]
     if problems:
         # Tags already added stay (they only mark images); the stack file is not written.
-        raise PromotionRefused(problems + ["tags already added stay; run it again once fixed"], what)
+        remedy = ["tags already added stay (they only mark images); once the registry accepts tags from these "
+                  "credentials (push rights), run it again — the next run writes a new timestamp tag"]
+        if moving_tag:
+            remedy.append(f"a repository with immutable tags (ECR) refuses the moving tag {moving_tag!r} from the "
+                          "second promotion on: run it again without --moving-tag")
+        raise PromotionRefused(problems + remedy, what)
 
 
 # --- promote and rollback ----------------------------------------------------------------------
 
 
+def _tags(stack: str, when: datetime, moving_tag: Optional[str], what: str) -> list[str]:
+    """`<stack>-<UTC time>`, and the moving tag only when asked for."""
+    if moving_tag is not None and not TAG.match(moving_tag):
+        raise PromotionRefused([f"--moving-tag {moving_tag!r} is not a valid tag (letters, digits, `_`, `.` and `-`, "
+                                f"at most 128, not starting with `.` or `-`); e.g. --moving-tag {stack}"], what)
+    return ([moving_tag] if moving_tag else []) + [timestamp_tag(stack, when)]
+
+
 def _apply(
     root: Path, stack: str, parsed: stack_file.Parsed, refs: dict[str, str], record: dict, history: list[dict],
     *, dry_run: bool, registries: _Registries, now: Optional[datetime], what: str,
-    parallel: int,
+    parallel: int, moving_tag: Optional[str], missing: Callable[[list[str]], list[str]],
+    record_unchanged: bool = False, notes: Iterable[str] = (),
 ) -> Result:
     path = stack_path(root, stack)
     slots = parsed.slots
@@ -396,43 +545,53 @@ def _apply(
         edited = stack_file.apply(parsed, {c.key: c.new for c in changes})
         stack_file.validate(edited, root, path.name)
     except (ConfigError, stack_file.StackFileError) as error:  # the edit would not be a valid stack file
-        raise PromotionRefused([str(error)], what) from None
+        raise PromotionRefused([str(error), f"fix that in {path.name}, then run it again"], what) from None
     when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    tags = [stack, f"{stack}-{when:%Y%m%dT%H%M%SZ}"]
-    result = Result(path, changes, parsed.text, edited.text, tags, dry_run)
-    manifests = _fetch({c.key: c.new for c in changes}, registries, what, parallel)
-    if dry_run or not changes:
+    tags = _tags(stack, when, moving_tag, what)
+    result = Result(path, changes, parsed.text, edited.text, tags, dry_run, notes=list(notes),
+                    undoes=list(record.get("undoes", [])))
+    manifests = _fetch({c.key: c.new for c in changes}, registries, what, parallel, missing)
+    if dry_run or not (changes or record_unchanged):
         result.stats = registries.stats()
         return result
-    _tag(changes, manifests, tags, registries, what, parallel)
+    history_file = history_path(root, stack)
     result.record = {
-        "id": len(history) + 1,
+        "id": (history[-1]["id"] if history else 0) + 1,
         "when": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
         **record,
         "references": {c.key: c.new for c in changes},
         "previous": {c.key: c.previous for c in changes},
-        "tags": tags,
-        "state": "pending",
+        "tags": tags if changes else [],
+        "state": "pending" if changes else "done",
     }
+    if not changes:
+        # A rollback that only kept first images: nothing to write or tag, but the promotions it
+        # undid are undone (the next rollback goes further back).
+        _append(history_file, result.record)
+        return result
+    _tag(changes, manifests, tags, registries, what, parallel, moving_tag)
     # The record goes first: a run killed after the rename below still has it, and the next run
     # settles it from the file (_settle_pending).
-    history_file = history_path(root, stack)
     _append(history_file, result.record)
     stack_file.write_atomic(path, edited.text, expected=parsed.text)
-    _settle(history_file, stack_file.read_text(history_file), result.record, "done")
+    _settle(history_file, result.record, "done")
     result.stats = registries.stats()
     return result
 
 
-def _start(root: Path, stack: str, dry_run: bool, what: str):
+def _start(root: Path, stack: str, dry_run: bool, what: str, flag: str):
     """Under the lock: the validated history (a pending record settled) and the parsed stack file."""
-    history_text, history = _read_history(history_path(root, stack), what)
     path = stack_path(root, stack)
+    if not path.is_file():
+        stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise PromotionRefused([f"no {path.name} in {root}: {flag} names the stack whose file is edited "
+                                f"(stack files here: {', '.join(stacks) or 'none'})"], what)
+    _, history = _read_history(history_path(root, stack), what)
     try:
         parsed = stack_file.parse(stack_file.read_text(path), path.name)
     except stack_file.StackFileError as error:
-        raise PromotionRefused([str(error)], what) from None
-    _settle_pending(history_path(root, stack), history_text, history, parsed, dry_run, what)
+        raise PromotionRefused([str(error), f"fix {path.name}, then run it again"], what) from None
+    _settle_pending(history_path(root, stack), history, parsed, dry_run, what)
     return history, parsed
 
 
@@ -445,58 +604,152 @@ def promote(
     entities: Iterable[str] = (), dry_run: bool = False, backend: Optional[str] = None,
     images: Optional[dict] = None, connect: Optional[Callable[[str], registry_api.Registry]] = None,
     now: Optional[datetime] = None, timeout: Optional[float] = DEFAULT_DEADLINE_SECONDS, parallel: int = PARALLEL,
+    moving_tag: Optional[str] = None,
 ) -> Result:
     """Promote `source`'s deployed images into Pulumi.<target>.yaml (`images` overrides reading the state)."""
     deadline = Deadline(timeout)
     with _locked(root, "promotion"):
-        history, parsed = _start(root, target, dry_run, "promotion")
+        history, parsed = _start(root, target, dry_run, "promotion", "--to")
         if images is None:
             images = state_backend.stack_output(source, IMAGES_OUTPUT, backend=backend, root=root, deadline=deadline)
         if not isinstance(images, dict):
-            raise PromotionRefused([f"the {source} stack's `{IMAGES_OUTPUT}` output is not a map: {images!r}"])
+            raise PromotionRefused([
+                f"the {source} stack's `{IMAGES_OUTPUT}` output is not a map: {images!r} — deploy {source} with this "
+                f"program (`bash scripts/up.sh {source}`), whose `{IMAGES_OUTPUT}` output is a plain map"
+            ])
         registry = registry_of(parsed)
         refs = select(images, parsed.slots, projects, entities, source, target, registry)
+
+        def missing(keys: list[str]) -> list[str]:
+            remedy = [f"push those images to the registry again: deploy {source} (`bash scripts/up.sh {source}`)"]
+            others = sorted(set(refs) - set(keys))
+            if others and all(parsed.slots[key].value is not None for key in keys):
+                remedy.append(f"or promote only the others: {promote_command(source, target, others)}")
+            return remedy
+
         record = {"action": "promote", "from": source, "to": target}
         return _apply(
             root, target, parsed, refs, record, history, dry_run=dry_run,
             registries=_registries(connect, deadline), now=now, what="promotion", parallel=parallel,
+            moving_tag=moving_tag, missing=missing,
         )
 
 
+def _parse_time(value: str, stack: str) -> Optional[datetime]:
+    """A UTC time as records (`2026-03-04T05:06:07Z`) or tags (`[<stack>-]20260304T050607Z`) write it."""
+    text = value[len(stack) + 1:] if value.startswith(f"{stack}-") else value
+    for form in ("%Y-%m-%dT%H:%M:%SZ", STAMP):
+        try:
+            return datetime.strptime(text, form).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+def _anchor(to: str, history: list[dict], active: list[dict], stack: str) -> dict:
+    """The promotion `--to` names (an id, a record's time or a `<stack>-<time>` tag): one in effect."""
+    listing = ", ".join(f"{r['id']} ({r['when']})" for r in active)
+    example = command("rollback", "--stack", stack, "--to", str(active[0]["id"]))
+    if to.isdigit():
+        found = next((r for r in history if r["id"] == int(to)), None)
+        if found is not None and found in active:
+            return found
+        why = ("no such record" if found is None else f"record {to} is a rollback" if found["action"] == "rollback"
+               else f"promotion {to} is not in effect (rolled back or abandoned)")
+    else:
+        when = _parse_time(to, stack)
+        if when is None:
+            why = "not a promotion id, a UTC time like 2026-03-04T05:06:07Z or a tag like " \
+                  f"{stack}-20260304T050607Z"
+        else:
+            earlier = [r for r in active if _parse_time(r["when"], stack) <= when]
+            if earlier:
+                return earlier[-1]
+            why = f"no promotion in effect at or before {when:%Y-%m-%dT%H:%M:%SZ}"
+    raise PromotionRefused([f"--to {to}: {why}; promotions in effect: {listing} — e.g. {example}"], "rollback")
+
+
 def rollback(
-    stack: str = "prod", *, root: Path, dry_run: bool = False,
-    connect: Optional[Callable[[str], registry_api.Registry]] = None, now: Optional[datetime] = None,
-    timeout: Optional[float] = DEFAULT_DEADLINE_SECONDS, parallel: int = PARALLEL,
+    stack: str = "prod", *, root: Path, dry_run: bool = False, to: Optional[Union[str, int]] = None,
+    force: bool = False, connect: Optional[Callable[[str], registry_api.Registry]] = None,
+    now: Optional[datetime] = None, timeout: Optional[float] = DEFAULT_DEADLINE_SECONDS, parallel: int = PARALLEL,
+    moving_tag: Optional[str] = None,
 ) -> Result:
-    """Restore the references the latest not-yet-rolled-back promotion replaced."""
+    """Undo the latest promotion still in effect, or with `to` (a promotion id, time or tag) every
+    promotion after that one: restore the references they replaced.
+
+    An entity one of them gave its first image keeps it (there is none to go back to, and prod cannot
+    run an entity without one). References edited by hand since are refused unless `force`."""
     deadline = Deadline(timeout)
     with _locked(root, "rollback"):
-        history, parsed = _start(root, stack, dry_run, "rollback")
-        undone = {r.get("undoes") for r in history if r["action"] == "rollback" and state_of(r) == "done"}
-        active = [r for r in history if r["action"] == "promote" and state_of(r) == "done" and r["id"] not in undone]
+        history, parsed = _start(root, stack, dry_run, "rollback", "--stack")
+        active = active_promotions(history)
+        name = f"Pulumi.{stack}.yaml"
         if not active:
-            raise PromotionRefused([f"{history_path(root, stack).name} has no promotion left to roll back"], "rollback")
-        last = active[-1]
+            source = next((r.get("from") for r in reversed(history) if r["action"] == "promote"), "test")
+            raise PromotionRefused([
+                f"{history_path(root, stack).name} has no promotion left to roll back; to change the images of "
+                f"{name}, promote: {promote_command(source, stack)}"
+            ], "rollback")
+        if to is None:
+            undo = [active[-1]]
+        else:
+            anchor = _anchor(str(to), history, active, stack)
+            undo = [r for r in reversed(active) if r["id"] > anchor["id"]]
         slots = parsed.slots
         registry = registry_of(parsed, "rollback")
-        problems = []
-        for key, ref in last["references"].items():
-            current = slots[key].value if key in slots else None
-            previous = last["previous"].get(key)
-            if current != ref:
+        now_recorded = recorded(history)
+        source = undo[0].get("from", "test") if undo else "test"
+        targets: dict[str, str] = {}
+        notes, problems = [], []
+        for promotion in reversed(undo):  # oldest first: the earliest promotion of a key says what it had
+            for key, ref in promotion["references"].items():
+                if key in targets:
+                    continue
+                previous = promotion["previous"].get(key)
+                if key not in slots:
+                    notes.append(f"{key}: no longer in {name}; left out")
+                    targets[key] = None
+                elif previous is None:
+                    notes.append(f"{key}: kept at its first image {ref} — promotion {promotion['id']} gave it, there "
+                                 f"is none to go back to (to stop deploying it, remove the entity from "
+                                 f"{stack_file.PROJECTS} in {name})")
+                    targets[key] = ref
+                else:
+                    targets[key] = previous
+        targets = {key: ref for key, ref in targets.items() if ref is not None}
+        for key, previous in sorted(targets.items()):
+            current, expected = slots[key].value, now_recorded.get(key)
+            if current == previous:
+                continue
+            if current != expected and not force:
                 problems.append(
-                    f"{key}: Pulumi.{stack}.yaml has {current!r}, not {ref!r} written by promotion {last['id']} "
-                    f"({last['when']}); it changed since, so restore it by hand or promote again"
+                    f"{key}: {name} has {current!r}, but the history's last record for it wrote {expected!r}: it "
+                    f"was edited since — put that back, or roll back anyway, replacing the edit (the rollback "
+                    f"record keeps it as `previous`): "
+                    + command("rollback", "--stack", stack, *(["--to", str(to)] if to is not None else []), "--force")
                 )
-            elif previous is None:
-                problems.append(f"{key}: promotion {last['id']} added this image; remove its `image:` line by hand")
-            elif problem := _slot_problem(key, previous, registry):
-                # The history is a file anyone can edit: what it replays must meet the same rule.
-                problems.append(f"{key}: the previous reference {previous!r} in promotion {last['id']}: {problem}")
+            elif found := _slot_problem(key, previous, registry):
+                # The history is a file anyone can edit, and the registry may have moved since:
+                # what it replays must meet the same rule as any image of this stack.
+                promotion = next(p for p in reversed(undo) if key in p["references"])
+                problems.append(
+                    f"{key}: the previous reference {previous!r} in promotion {promotion['id']}: {found} — it cannot "
+                    f"be restored; promote what {source} runs instead: {promote_command(source, stack, [key])}"
+                )
         if problems:
             raise PromotionRefused(problems, "rollback")
-        record = {"action": "rollback", "from": stack, "to": stack, "undoes": last["id"]}
+        if not undo:
+            notes.append(f"promotion {anchor['id']} is the latest in effect; nothing after it to roll back")
+            return Result(stack_path(root, stack), [], parsed.text, parsed.text, [], dry_run, notes=notes)
+
+        def missing(keys: list[str]) -> list[str]:
+            return [f"those images are gone from the registry; promote what {source} runs instead: "
+                    f"{promote_command(source, stack, keys)}"]
+
+        record = {"action": "rollback", "from": stack, "to": stack, "undoes": [r["id"] for r in undo]}
         return _apply(
-            root, stack, parsed, dict(last["previous"]), record, history, dry_run=dry_run,
+            root, stack, parsed, targets, record, history, dry_run=dry_run,
             registries=_registries(connect, deadline), now=now, what="rollback", parallel=parallel,
+            moving_tag=moving_tag, missing=missing, record_unchanged=True, notes=notes,
         )

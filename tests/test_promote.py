@@ -1,12 +1,15 @@
 """Promotion and rollback end to end: the repository's prod stack file (copied), a real registry
 with auth, test-stack state in a file:// and an S3 (moto server) backend, the Pulumi CLI path, ECR
-(moto), and every refusal leaving file, registry tags and history untouched."""
+(moto), every refusal leaving file, registry tags and history untouched, and every refusal's remedy
+followed literally (the command parsed from the message and run) until the state is consistent."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -22,10 +25,10 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from infra import cli, promote, registry_api, stack_file, state_backend
+from infra.image_refs import entity_repository
 from infra.limits import Deadline
 from infra.promote import PromotionRefused
 from tests.conftest import ROOT
-from infra.image_refs import entity_repository
 from tests.registry_server import (
     PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
 )
@@ -35,19 +38,22 @@ REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
 NODE_HOST, PREFIX = promote.registry_of(stack_file.parse(REPO_PROD, "Pulumi.prod.yaml"))
 """The registry host of the prod file's references (how nodes reach it, e.g. localhost:32000) and the
 repository prefix; the promoter reaches the test registry there through CLOUDSTATION_REGISTRY_ADDRESSES."""
+ADDED = "shop/checkout"
+"""An entity added to both stacks after a first promotion (in neither of the repository's files)."""
+REMEDY = re.compile(r"`(python -m infra [^`]+)`")
+"""A command a refusal names as its remedy."""
 SECURE_LINE = "  cloudstation:someToken:\n    secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==\n"
 PROMOTE = ["promote", "--from", "test", "--to", "prod"]
 SALT_LINE = "encryptionsalt: v1:Xx4bW0xbx1Y=:v1:fd8Fv3/k0d8b7Nbx:bqPw2r3ZmzvF5Zp6kQH6YQ==\n"
 
 
 @pytest.fixture(scope="module")
-def pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F811
-    """For every entity of the repository's prod file: an `old` (in prod) and a `new` (in test)
-    image, digest-pinned refs in the test registry; `repository` is the image repository."""
+def all_pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F811
+    """For every entity of the repository's prod file and ADDED: an `old` (in prod) and a `new` (in
+    test) image, digest-pinned refs in the test registry; `repository` is the image repository."""
     layout = tmp_path_factory.mktemp("oci")
-    slots = stack_file.image_slots(REPO_PROD)
     jobs = []
-    for key in slots:
+    for key in [*stack_file.image_slots(REPO_PROD), ADDED]:
         repository = entity_repository(PREFIX, *key.split("/", 1))
         for version in ("old", "new"):
             image = build_oci_image(layout, f"{key.replace('/', '-')}-{version}", f"{key} {version}".encode())
@@ -59,6 +65,18 @@ def pushed(registry, tmp_path_factory) -> dict[str, dict[str, str]]:  # noqa: F8
         ref = f"{NODE_HOST}/{repository}:test-{version}@{digest}"
         refs.setdefault(key, {"repository": repository})[version] = ref
     return refs
+
+
+@pytest.fixture(scope="module")
+def pushed(all_pushed) -> dict[str, dict[str, str]]:
+    """The images of the repository's prod file's entities."""
+    return {key: refs for key, refs in all_pushed.items() if key != ADDED}
+
+
+@pytest.fixture(scope="module")
+def added(all_pushed) -> dict[str, str]:
+    """ADDED's images."""
+    return all_pushed[ADDED]
 
 
 @pytest.fixture
@@ -136,6 +154,70 @@ def assert_untouched(root: Path, before: bytes, registry, pushed, tags_before) -
     assert sorted(p.name for p in root.iterdir()) == ["Pulumi.prod.yaml", "Pulumi.test.yaml"]
 
 
+def image_of(root: Path, key: str):
+    return stack_file.image_slots(stack_file.read_text(root / "Pulumi.prod.yaml"))[key].value
+
+
+def remedies(message: str) -> list[list[str]]:
+    """The argv of every `python -m infra ...` command a refusal names as its remedy."""
+    return [shlex.split(found)[3:] for found in REMEDY.findall(message)]
+
+
+def run_remedy(message: str, root: Path, index: int = 0) -> list[str]:
+    """Run the refusal's remedy command exactly as printed (plus the project directory, which a
+    user runs it in) and require it to succeed."""
+    commands = remedies(message)
+    assert len(commands) > index, f"no remedy command in:\n{message}"
+    argv = commands[index]
+    cli.parser().parse_args(argv)  # a valid command line as printed
+    assert cli.main([*argv, "--root", str(root)]) == 0, f"the remedy `{shlex.join(argv)}` failed"
+    return argv
+
+
+def assert_consistent(root: Path, expected: dict | None = None, history_matches: bool = True) -> None:
+    """A state to deploy from: the prod file is valid prod config (every entity has an image), the
+    history is valid and settled, and the file holds what the history says it wrote."""
+    text = stack_file.read_text(root / "Pulumi.prod.yaml")
+    stack_file.validate(text, root, "Pulumi.prod.yaml")
+    history = promote.read_history(root, "prod")
+    assert all(promote.state_of(r) != "pending" for r in history)
+    slots = {key: slot.value for key, slot in stack_file.image_slots(text).items()}
+    if history_matches:
+        recorded = promote.recorded(history)
+        assert {k: slots[k] for k in recorded if k in slots} == {k: v for k, v in recorded.items() if k in slots}
+    if expected is not None:
+        assert {k: slots.get(k) for k in expected} == expected
+
+
+def bare_root(tmp_path: Path, name: str = "bare") -> Path:
+    """A project directory with the repository's prod file as it ships (never promoted)."""
+    directory = tmp_path / name
+    directory.mkdir()
+    shutil.copy(ROOT / "Pulumi.prod.yaml", directory / "Pulumi.prod.yaml")
+    shutil.copy(ROOT / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
+    return directory
+
+
+def add_entity(path: Path, key: str = ADDED) -> None:
+    """Add an entity to a stack file's project the way a person does: a new list item after the
+    project's last entity (text appended at the right place, nothing else touched)."""
+    project, entity = key.split("/")
+    text = path.read_text()
+    document = yaml.safe_load(text)
+    names = [p["name"] for p in document["config"]["cloudstation:projects"]]
+    last = document["config"]["cloudstation:projects"][names.index(project)]["entities"][-1]["name"]
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {last}")
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(indent + "  ") and lines[end].strip():
+        end += 1
+    block = [f"{indent}- name: {entity}\n", f"{indent}  kind: action\n", f"{indent}  language: javascript\n",
+             f"{indent}  source: entities/{project}/{entity}\n"]
+    path.write_text("".join(lines[:end] + block + lines[end:]))
+    assert key in stack_file.image_slots(path.read_text())
+
+
 def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
     before = (root / "Pulumi.prod.yaml").read_text()
     backend = file_backend(tmp_path, new_images(pushed))
@@ -152,13 +234,15 @@ def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, reg
     stack_file.validate(after, root, "Pulumi.prod.yaml")
 
     # The registry marks each promoted manifest, inside the registry.
+    # The registry marks each promoted manifest, inside the registry, with one timestamp tag only:
+    # no moving `prod` tag unless asked for (--moving-tag).
     [record] = promote.read_history(root, "prod")
-    stamp_tag = record["tags"][1]
-    assert record["tags"][0] == "prod" and stamp_tag.startswith("prod-") and stamp_tag.endswith("Z")
+    [stamp_tag] = record["tags"]
+    assert re.fullmatch(r"prod-\d{8}T\d{6}Z", stamp_tag)
     for key, refs in pushed.items():
         digest = refs["new"].split("@")[1]
-        assert registry.digest_of(refs["repository"], "prod") == digest
         assert registry.digest_of(refs["repository"], stamp_tag) == digest
+        assert registry.digest_of(refs["repository"], "prod") is None
 
     assert record["action"] == "promote" and (record["from"], record["to"]) == ("test", "prod")
     assert record["references"] == new_images(pushed)
@@ -166,7 +250,7 @@ def test_promote_command_copies_every_reference_exactly(env, root, tmp_path, reg
     assert datetime.strptime(record["when"], "%Y-%m-%dT%H:%M:%SZ")
 
     out = capsys.readouterr()
-    assert f"promoted {len(pushed)} image(s) in Pulumi.prod.yaml, tagged prod, {stamp_tag}, recorded as #1" in out.out
+    assert f"promoted {len(pushed)} image(s) in Pulumi.prod.yaml, tagged {stamp_tag}, recorded as #1" in out.out
     assert PASSWORD not in out.out + out.err
 
 
@@ -277,7 +361,7 @@ def _non_ascii_tag(images, pushed):
     (None, ["--project", "nope"], r"--project nope: no such project"),
 ])
 def test_refusals_leave_file_registry_and_history_untouched(
-    env, root, tmp_path, registry, pushed, capsys, mutate, argv, message  # noqa: F811
+    env, root, tmp_path, registry, pushed, capsys, monkeypatch, mutate, argv, message  # noqa: F811
 ):
     before = (root / "Pulumi.prod.yaml").read_bytes()
     tags_before = tags(registry, pushed)
@@ -290,6 +374,11 @@ def test_refusals_leave_file_registry_and_history_untouched(
     assert "promotion refused, nothing was changed" in err
     assert re.search(message, err), err
     assert_untouched(root, before, registry, pushed, tags_before)
+    # The remedy it names, run as printed, promotes what can be promoted and leaves a consistent state.
+    monkeypatch.setenv("PULUMI_BACKEND_URL", backend)
+    run_remedy(err, root)
+    assert_consistent(root)
+    assert len(promote.read_history(root, "prod")) == 1
 
 
 def test_refusal_lists_every_problem_at_once(env, root, pushed):
@@ -298,7 +387,10 @@ def test_refusal_lists_every_problem_at_once(env, root, pushed):
     _missing_in_test(images, pushed)
     with pytest.raises(PromotionRefused) as refused:
         promote.promote(root=root, images=images)
-    assert [p.split(":")[0] for p in refused.value.problems] == ["shop/cart", "shop/likes"]
+    *problems, remedy = refused.value.problems
+    assert [p.split(":")[0] for p in problems] == ["shop/cart", "shop/likes"]
+    others = sorted(set(pushed) - {"shop/cart", "shop/likes"})
+    assert remedy == "or promote only the others: " + promote.promote_command("test", "prod", others)
 
 
 def test_refuses_without_registry_credentials(env, root, registry, pushed, monkeypatch):  # noqa: F811
@@ -306,9 +398,13 @@ def test_refuses_without_registry_credentials(env, root, registry, pushed, monke
     tags_before = tags(registry, pushed)
     monkeypatch.delenv(registry_api.PASSWORD_ENV)
     monkeypatch.setenv("DOCKER_CONFIG", str(root / "no-docker-config"))
-    with pytest.raises(PromotionRefused, match="requires authentication"):
+    with pytest.raises(PromotionRefused, match="requires authentication") as refused:
         promote.promote(root=root, images=new_images(pushed))
     assert_untouched(root, before, registry, pushed, tags_before)
+    assert promote.ACCESS_REMEDY in refused.value.problems
+    monkeypatch.setenv(registry_api.PASSWORD_ENV, PASSWORD)  # the remedy: the registry's credentials
+    promote.promote(root=root, images=new_images(pushed))
+    assert_consistent(root, new_images(pushed))
 
 
 def test_registry_refusing_the_tag_leaves_the_file_and_history(env, root, pushed):
@@ -322,13 +418,17 @@ def test_registry_refusing_the_tag_leaves_the_file_and_history(env, root, pushed
         return client
 
     before = (root / "Pulumi.prod.yaml").read_bytes()
-    with pytest.raises(PromotionRefused, match=r"PUT tag 'prod' answered HTTP 403"):
+    with pytest.raises(PromotionRefused, match=r"PUT tag 'prod-\d{8}T\d{6}Z' answered HTTP 403") as refused:
         promote.promote(root=root, images=new_images(pushed), connect=read_only)
     assert (root / "Pulumi.prod.yaml").read_bytes() == before
     assert not (root / "promotions.prod.jsonl").exists()
+    # The remedy: once the registry accepts the tags, run it again.
+    assert "once the registry accepts tags from these credentials (push rights), run it again" in str(refused.value)
+    promote.promote(root=root, images=new_images(pushed))
+    assert_consistent(root, new_images(pushed))
 
 
-def test_rollback_restores_the_exact_previous_file(env, root, tmp_path, registry, pushed, capsys):  # noqa: F811
+def test_rollback_restores_the_exact_previous_file(env, root, tmp_path, registry, pushed, capsys, monkeypatch):  # noqa: F811
     original = (root / "Pulumi.prod.yaml").read_bytes()
     backend = file_backend(tmp_path, new_images(pushed))
     common = ["--backend", backend, "--root", str(root)]
@@ -342,32 +442,53 @@ def test_rollback_restores_the_exact_previous_file(env, root, tmp_path, registry
     assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 0
     assert "rolled back" in capsys.readouterr().out
     assert (root / "Pulumi.prod.yaml").read_bytes() == once
-    assert registry.digest_of(pushed["shop/likes"]["repository"], "prod") == pushed["shop/likes"]["old"].split("@")[1]
+    [stamp] = promote.read_history(root, "prod")[-1]["tags"]
+    assert registry.digest_of(pushed["shop/likes"]["repository"], stamp) == pushed["shop/likes"]["old"].split("@")[1]
     assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 0
     assert (root / "Pulumi.prod.yaml").read_bytes() == original
-    assert registry.digest_of(pushed["shop/cart"]["repository"], "prod") == pushed["shop/cart"]["old"].split("@")[1]
+    [stamp] = promote.read_history(root, "prod")[-1]["tags"]
+    assert registry.digest_of(pushed["shop/cart"]["repository"], stamp) == pushed["shop/cart"]["old"].split("@")[1]
 
     history = promote.read_history(root, "prod")
     assert [(r["id"], r["action"], r.get("undoes")) for r in history] == [
-        (1, "promote", None), (2, "promote", None), (3, "rollback", 2), (4, "rollback", 1)
+        (1, "promote", None), (2, "promote", None), (3, "rollback", [2]), (4, "rollback", [1])
     ]
     assert history[3]["references"] == {"shop/cart": pushed["shop/cart"]["old"]}
     assert history[3]["previous"] == {"shop/cart": pushed["shop/cart"]["new"]}
 
     capsys.readouterr()
     assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 1
-    assert "no promotion left to roll back" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no promotion left to roll back" in err
     assert (root / "Pulumi.prod.yaml").read_bytes() == original
+    # Its remedy, run as printed: promote.
+    monkeypatch.setenv("PULUMI_BACKEND_URL", backend)
+    run_remedy(err, root)
+    assert_consistent(root, new_images(pushed))
 
 
-def test_rollback_refuses_when_the_file_changed_since(env, root, pushed):
+@pytest.mark.parametrize("remedy", ["command", "put back"])
+def test_rollback_refuses_when_the_file_changed_since(env, root, pushed, capsys, remedy):
     promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
     path = root / "Pulumi.prod.yaml"
-    edited = stack_file.edit(stack_file.read_text(path), {"shop/cart": pushed["shop/likes"]["new"]})
+    promoted = path.read_text()
+    # Edited by hand to another image of the same repository (the registry rule holds).
+    other = pushed["shop/cart"]["new"].replace(":test-new@", ":hand@")
+    edited = stack_file.edit(promoted, {"shop/cart": other})
     path.write_text(edited)
-    with pytest.raises(PromotionRefused, match=r"shop/cart: Pulumi.prod.yaml has .* not .* written by promotion 1"):
-        promote.rollback(root=root)
+    assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"shop/cart: Pulumi.prod.yaml has '.*:hand@.*', but the history's last record for it wrote "
+                     r"'.*:test-new@.*': it was edited since", err), err
     assert path.read_text() == edited and len(promote.read_history(root, "prod")) == 1
+    if remedy == "command":  # roll back anyway: the record keeps the edit as `previous`
+        run_remedy(err, root)
+        assert promote.read_history(root, "prod")[-1]["previous"] == {"shop/cart": other}
+    else:  # put back what the history wrote, then roll back
+        path.write_text(promoted)
+        assert cli.main(["rollback", "--stack", "prod", "--root", str(root)]) == 0
+    assert image_of(root, "shop/cart") == pushed["shop/cart"]["old"]
+    assert_consistent(root)
 
 
 def test_same_references_again_is_a_no_op(env, root, pushed, capsys):
@@ -391,7 +512,8 @@ def _history_line(pushed, **overrides) -> str:
 
 @pytest.mark.parametrize("history, message", [
     (lambda p: "not json\n", r"line 1: not JSON"),
-    (lambda p: _history_line(p, id=7) + "\n", r"line 1: id 7, expected 1"),
+    (lambda p: _history_line(p, id=0) + "\n", r"line 1: id 0 is not a whole number above 0"),
+    (lambda p: _history_line(p) + "\n" + _history_line(p, id=1) + "\n", r"line 2: id 1 is not a whole number above 1"),
     (lambda p: _history_line(p, references={"shop/cart": "localhost:32000/shop/cart:v1"}) + "\n",
      r"line 1: references must map <project>/<entity> to digest-pinned references"),
     (lambda p: _history_line(p, previous={"shop/likes": None}) + "\n", r"line 1: previous must map the same keys"),
@@ -408,6 +530,35 @@ def test_a_bad_history_is_refused_before_anything_happens(env, root, registry, p
             run()
         assert (root / "Pulumi.prod.yaml").read_bytes() == before and path.read_bytes() == history_before
         assert tags(registry, pushed) == tags_before
+    remove_named_lines(run, path)
+
+
+def remove_named_lines(run, path: Path) -> None:
+    """The history refusal's remedy, done as it says: remove the lines it names, run it again."""
+    with pytest.raises(PromotionRefused) as refused:
+        run()
+    found = re.search(r"remove lines? ([\d, ]+) of ", str(refused.value))
+    assert found, str(refused.value)
+    numbers = {int(n) for n in found.group(1).split(",")}
+    lines = path.read_text().split("\n")
+    path.write_text("\n".join(line for number, line in enumerate(lines, 1) if number not in numbers))
+    promote.read_history(path.parent, "prod")  # valid now
+
+
+def test_a_bad_line_amid_the_history_is_removed_as_told(env, root, pushed):
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/likes"])
+    promote.rollback(root=root)  # undoes 2
+    path = root / "promotions.prod.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1][:40], lines[2]]) + "\n")  # line 2 cut short
+    with pytest.raises(PromotionRefused, match=r"line 2: not JSON(.|\n)*line 3: undoes \[2\], which is not an earlier "
+                                               r"promotion(.|\n)*remove lines 2, 3 of"):
+        promote.rollback(root=root)
+    remove_named_lines(lambda: promote.rollback(root=root), path)
+    assert_consistent(root)
+    promote.rollback(root=root)  # promotion 1, as the file holds what it wrote
+    assert_consistent(root, {key: refs["old"] for key, refs in pushed.items()})
 
 
 def test_append_adds_the_missing_final_newline(env, root, pushed):
@@ -484,7 +635,9 @@ def test_a_kill_before_the_rename_leaves_an_abandoned_record(env, root, pushed):
     assert [(r["id"], r["state"]) for r in promote.read_history(root, "prod")] == [(1, "abandoned"), (2, "done")]
 
 
-def test_rollback_replays_only_previous_references_of_this_stacks_registry(env, root, registry, pushed):  # noqa: F811
+def test_rollback_replays_only_previous_references_of_this_stacks_registry(  # noqa: F811
+    env, root, tmp_path, registry, pushed, monkeypatch
+):
     promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
     path = root / "promotions.prod.jsonl"
     [record] = promote.read_history(root, "prod")
@@ -492,9 +645,14 @@ def test_rollback_replays_only_previous_references_of_this_stacks_registry(env, 
     path.write_text(json.dumps({**record, "previous": {"shop/cart": planted}}) + "\n")
     before, tags_before = (root / "Pulumi.prod.yaml").read_bytes(), tags(registry, pushed)
     with pytest.raises(PromotionRefused, match=r"shop/cart: the previous reference 'registry.example/shop/cart@.*' "
-                                               r"in promotion 1: registry host 'registry.example' is not"):
+                                               r"in promotion 1: registry host 'registry.example' is not") as refused:
         promote.rollback(root=root)
     assert (root / "Pulumi.prod.yaml").read_bytes() == before and tags(registry, pushed) == tags_before
+    # The remedy: promote what test runs (here test was redeployed with the previous version).
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, {k: r["old"] for k, r in pushed.items()}))
+    assert run_remedy(str(refused.value), root) == [*PROMOTE, "--entity", "shop/cart"]
+    assert image_of(root, "shop/cart") == pushed["shop/cart"]["old"]
+    assert_consistent(root)
 
 
 def test_the_deadline_bounds_the_whole_run(env, root, tmp_path, pushed, capsys):
@@ -542,11 +700,15 @@ def test_missing_stack_or_backend_are_clear_errors(tmp_path, monkeypatch):
         state_backend.stack_output("test", "other", backend=backend, root=tmp_path, use_cli=False)
 
 
-def test_secret_images_output_is_refused(env, root, tmp_path):
+def test_secret_images_output_is_refused(env, root, tmp_path, pushed):
     secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "v1:abc"}
     backend = file_backend(tmp_path, secret)
-    with pytest.raises(PromotionRefused, match="`images` output is not a map: \\[secret\\]"):
+    with pytest.raises(PromotionRefused, match="`images` output is not a map: \\[secret\\] — deploy test with this "
+                                               "program"):
         promote.promote(root=root, backend=backend)
+    backend = file_backend(tmp_path, new_images(pushed))  # what deploying test with this program writes
+    promote.promote(root=root, backend=backend)
+    assert_consistent(root, new_images(pushed))
 
 
 def test_uses_the_pulumi_cli_when_it_is_on_path(tmp_path, monkeypatch):
@@ -661,10 +823,11 @@ def test_ecr_promotion(aws_env, tmp_path):
         (root / "Pulumi.prod.yaml").write_text(old)
         when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
         result = promote.promote(root=root, images={k: r["new"] for k, r in refs.items()}, now=when)
-        assert result.tags == ["prod", "prod-20260304T050607Z"]
+        assert result.tags == ["prod-20260304T050607Z"]
         for key, ref in refs.items():
-            details = ecr.describe_images(repositoryName=ref["repository"], imageIds=[{"imageTag": "prod"}])
-            assert sorted(details["imageDetails"][0]["imageTags"]) == ["new", "prod", "prod-20260304T050607Z"]
+            details = ecr.describe_images(repositoryName=ref["repository"],
+                                          imageIds=[{"imageTag": "prod-20260304T050607Z"}])
+            assert sorted(details["imageDetails"][0]["imageTags"]) == ["new", "prod-20260304T050607Z"]
         promote.rollback(root=root, now=when.replace(second=8))
         assert (root / "Pulumi.prod.yaml").read_text() == old
         before = (root / "Pulumi.prod.yaml").read_bytes()
@@ -679,3 +842,384 @@ def test_ecr_promotion(aws_env, tmp_path):
                                                    r"cloudstation/shop/cart"):
             promote.promote(root=root, images=unprefixed)
         shutil.rmtree(root)
+
+
+# --- rollback never dead-ends; every refusal's remedy works (issue 12 item 5) ---------------------
+
+
+def _cli(root: Path, capsys, *argv: str) -> tuple[int, str]:
+    code = cli.main([*argv, "--root", str(root)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def follow(step, root: Path) -> tuple[str, list[str]]:
+    """Run a step; if it is refused, run the remedy its message names, exactly as printed. Returns
+    the step's output and the remedies run."""
+    code, out = step()
+    if code == 0:
+        return out, []
+    return out, [shlex.join(run_remedy(out, root))]
+
+
+def test_rollback_after_a_promotion_that_added_an_entity(env, tmp_path, registry, pushed, added, capsys, monkeypatch):  # noqa: F811
+    """promote -> add an entity to both stacks -> promote -> rollback -> ... -> rollback to promotion 1
+    -> rollback until nothing is left -> the remedy of that refusal: a consistent state at each step."""
+    root = bare_root(tmp_path)
+    images = {key: refs["old"] for key, refs in pushed.items()}
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, images))
+    run = functools.partial(_cli, root, capsys)
+
+    assert run(*PROMOTE)[0] == 0  # 1: every entity gets its first image
+    assert_consistent(root, images)
+
+    add_entity(root / "Pulumi.prod.yaml")  # 2: test deploys a new entity and a new cart
+    images = {**images, "shop/cart": pushed["shop/cart"]["new"], ADDED: added["new"]}
+    file_backend(tmp_path, images)
+    code, out = run(*PROMOTE)
+    assert code == 0, out
+    assert_consistent(root, images)
+
+    out, remedies_run = follow(lambda: run("rollback", "--stack", "prod"), root)  # 3
+    assert remedies_run == []  # never refused: the added entity keeps its first image
+    assert f"note: {ADDED}: kept at its first image {added['new']} — promotion 2 gave it" in out
+    assert "rolled back 1 image(s) in Pulumi.prod.yaml" in out and "(undoes promotion 2)" in out
+    assert_consistent(root, {**images, "shop/cart": pushed["shop/cart"]["old"]})
+
+    # 4: two more promotions, then back to promotion 1 in one step.
+    for key in ("shop/likes", "shop/add-item"):
+        images = {**images, key: pushed[key]["new"]}
+        file_backend(tmp_path, images)
+        assert run(*PROMOTE, "--entity", key)[0] == 0
+    code, out = run("rollback", "--stack", "prod", "--to", "1")
+    assert code == 0, out
+    assert "(undoes promotion 5, 4)" in out
+    after_first = {**{key: refs["old"] for key, refs in pushed.items()}, ADDED: added["new"]}
+    assert_consistent(root, after_first)
+
+    # 5: promotion 1 only gave first images: undoing it keeps them all and is recorded.
+    code, out = run("rollback", "--stack", "prod")
+    assert code == 0, out
+    assert "Pulumi.prod.yaml unchanged; recorded as #7 (undoes promotion 1)" in out
+    assert_consistent(root, after_first)
+    history = promote.read_history(root, "prod")
+    assert [(r["id"], r["action"], r.get("undoes"), r["state"]) for r in history] == [
+        (1, "promote", None, "done"), (2, "promote", None, "done"), (3, "rollback", [2], "done"),
+        (4, "promote", None, "done"), (5, "promote", None, "done"), (6, "rollback", [5, 4], "done"),
+        (7, "rollback", [1], "done"),
+    ]
+    assert promote.active_promotions(history) == []
+
+    # 6: nothing left: refused, and the remedy it prints (promote) works.
+    out, remedies_run = follow(lambda: run("rollback", "--stack", "prod"), root)
+    assert remedies_run == ["promote --from test --to prod"]
+    assert_consistent(root, images)
+
+
+def _promoted_at(root, pushed, *keys_and_seconds):
+    for key, second in keys_and_seconds:
+        promote.promote(root=root, images=new_images(pushed), entities=[key],
+                        now=datetime(2026, 3, 4, 5, 6, second, tzinfo=timezone.utc))
+
+
+@pytest.mark.parametrize("to, undone", [
+    (1, [3, 2]),
+    ("2", [3]),
+    ("prod-20260304T050601Z", [3, 2]),        # promotion 1's tag
+    ("20260304T050602Z", [3]),
+    ("2026-03-04T05:06:02Z", [3]),
+    ("2026-03-04T05:06:02Z".replace("02Z", "09Z"), []),  # after the latest: nothing to undo
+])
+def test_rollback_to_a_promotion_by_id_time_or_tag(env, root, registry, pushed, to, undone):  # noqa: F811
+    _promoted_at(root, pushed, ("shop/cart", 1), ("shop/likes", 2), ("shop/add-item", 3))
+    result = promote.rollback(root=root, to=to, now=datetime(2026, 3, 4, 5, 7, tzinfo=timezone.utc))
+    assert result.undoes == undone
+    restored = {"shop/cart": 1, "shop/likes": 2, "shop/add-item": 3}
+    for key, promotion in restored.items():
+        expected = pushed[key]["old"] if promotion in undone else pushed[key]["new"]
+        assert image_of(root, key) == expected
+        if promotion in undone:  # the restored image is marked in the registry
+            assert registry.digest_of(pushed[key]["repository"], "prod-20260304T050700Z") == expected.split("@")[1]
+    assert_consistent(root)
+
+
+@pytest.mark.parametrize("to, why", [
+    ("9", "no such record"),
+    ("4", "record 4 is a rollback"),
+    ("3", "promotion 3 is not in effect (rolled back or abandoned)"),
+    ("yesterday", "not a promotion id, a UTC time like 2026-03-04T05:06:07Z or a tag like prod-20260304T050607Z"),
+    ("2026-03-04T05:06:00Z", "no promotion in effect at or before 2026-03-04T05:06:00Z"),
+])
+def test_rollback_to_something_else_names_a_promotion_in_effect(env, root, pushed, capsys, to, why):
+    _promoted_at(root, pushed, ("shop/cart", 1), ("shop/likes", 2), ("shop/add-item", 3))
+    promote.rollback(root=root)  # record 4 undoes 3
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    code, out = _cli(root, capsys, "rollback", "--stack", "prod", "--to", to)
+    assert code == 1 and f"--to {to}: {why}; promotions in effect: 1 (2026-03-04T05:06:01Z), " \
+                          f"2 (2026-03-04T05:06:02Z)" in out, out
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before
+    assert run_remedy(out, root) == ["rollback", "--stack", "prod", "--to", "1"]
+    assert image_of(root, "shop/likes") == pushed["shop/likes"]["old"]
+    assert_consistent(root)
+
+
+@pytest.mark.parametrize("when, suggested", [("after", "done"), ("before", "abandoned")])
+def test_an_interrupted_record_whose_file_was_edited_since(env, root, pushed, when, suggested):
+    _killed_promotion(root, pushed, when)
+    path = root / "Pulumi.prod.yaml"
+    # Edited by hand after the kill: shop/cart now holds neither what the record wrote nor what it replaced.
+    hand = pushed["shop/cart"]["new"].replace(":test-new@", ":hand@")
+    keep = {} if when == "before" else {k: r["new"] for k, r in pushed.items() if k != "shop/cart"}
+    path.write_text(stack_file.edit(path.read_text(), {"shop/cart": hand, **keep}))
+    with pytest.raises(PromotionRefused) as refused:
+        promote.promote(root=root, images=new_images(pushed))
+    found = re.search(r'set "state" to "(\w+)" on line (\d+) of (\S+), then run it again', str(refused.value))
+    assert found and found.group(1) == suggested, str(refused.value)
+    history = Path(found.group(3))
+    lines = history.read_text().splitlines()
+    number = int(found.group(2))
+    lines[number - 1] = json.dumps({**json.loads(lines[number - 1]), "state": found.group(1)})
+    history.write_text("\n".join(lines) + "\n")
+    promote.promote(root=root, images=new_images(pushed))  # run it again
+    assert_consistent(root, new_images(pushed))
+
+
+def test_a_record_lost_while_the_file_was_written_is_given_back(env, root, pushed, monkeypatch):
+    history = root / "promotions.prod.jsonl"
+    real = stack_file.write_atomic
+
+    def write_then_lose_the_history(path, text, expected=None):
+        real(path, text, expected)
+        if Path(path).name == "Pulumi.prod.yaml":
+            history.write_text("")  # e.g. an editor saving an old copy of the history meanwhile
+
+    monkeypatch.setattr(stack_file, "write_atomic", write_then_lose_the_history)
+    with pytest.raises(PromotionRefused, match="record 1 is no longer there, but its change was written") as refused:
+        promote.promote(root=root, images=new_images(pushed))
+    monkeypatch.setattr(stack_file, "write_atomic", real)
+    line = str(refused.value).split("then run it again: ", 1)[1].strip()
+    with open(history, "a") as handle:
+        handle.write(line + "\n")  # "add this line back at its end"
+    promote.promote(root=root, images=new_images(pushed))  # run it again: nothing more to do
+    assert_consistent(root, new_images(pushed))
+    promote.rollback(root=root)
+    assert_consistent(root, {key: refs["old"] for key, refs in pushed.items()})
+
+
+def test_a_stack_file_changed_during_the_promotion_runs_again(env, root, pushed, monkeypatch):
+    path = root / "Pulumi.prod.yaml"
+    real = promote._append
+
+    def append_while_someone_edits(history, record):
+        real(history, record)
+        path.write_text(path.read_text() + "# a comment saved meanwhile\n")
+
+    monkeypatch.setattr(promote, "_append", append_while_someone_edits)
+    with pytest.raises(stack_file.StackFileError, match="changed while the promotion ran; nothing was written, run it "
+                                                       "again"):
+        promote.promote(root=root, images=new_images(pushed))
+    monkeypatch.setattr(promote, "_append", real)
+    promote.promote(root=root, images=new_images(pushed))  # settles the pending record as abandoned, then runs
+    assert [r["state"] for r in promote.read_history(root, "prod")] == ["abandoned", "done"]
+    assert_consistent(root, new_images(pushed))
+
+
+def test_entities_without_an_image_must_come_along(env, tmp_path, pushed, capsys, monkeypatch):
+    root = bare_root(tmp_path)
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, new_images(pushed)))
+    code, out = _cli(root, capsys, *PROMOTE, "--entity", "shop/cart")
+    assert code == 1 and "shop/likes: has no image in Pulumi.prod.yaml yet (prod cannot deploy without one)" in out
+    others = sorted(set(pushed) - {"shop/cart"})
+    assert run_remedy(out, root) == [*PROMOTE, *[arg for key in ["shop/cart", *others] for arg in ("--entity", key)]]
+    assert_consistent(root, new_images(pushed))
+
+
+@pytest.mark.parametrize("remedy", ["deploy it to test", "remove the entity"])
+def test_an_entity_without_image_missing_from_test(env, tmp_path, pushed, capsys, monkeypatch, remedy):
+    root = bare_root(tmp_path)
+    images = {k: v for k, v in new_images(pushed).items() if k != "shop/likes"}
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, images))
+    code, out = _cli(root, capsys, *PROMOTE)
+    assert code == 1 and re.search(r"shop/likes: in Pulumi.prod.yaml \(.*\) without an image, and missing from the test "
+                                   r"stack's `images` output — deploy it to test first .*, or remove the entity from "
+                                   r"cloudstation:projects in Pulumi.prod.yaml", out), out
+    assert not remedies(out)  # promoting the others would leave likes without an image: not offered
+    if remedy == "deploy it to test":
+        file_backend(tmp_path, new_images(pushed))  # what deploying it to test adds to the output
+        expected = new_images(pushed)
+    else:
+        document = yaml.safe_load((root / "Pulumi.prod.yaml").read_text())
+        for project in document["config"]["cloudstation:projects"]:
+            project["entities"] = [e for e in project["entities"] if f"{project['name']}/{e['name']}" != "shop/likes"]
+        (root / "Pulumi.prod.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        expected = images
+    assert _cli(root, capsys, *PROMOTE)[0] == 0
+    assert_consistent(root, expected)
+
+
+def test_an_entity_deployed_in_test_and_added_to_prod(env, root, pushed, added, capsys, tmp_path, monkeypatch):
+    images = {**new_images(pushed), ADDED: added["new"]}
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, images))
+    code, out = _cli(root, capsys, *PROMOTE)
+    assert code == 1 and f"{ADDED}: deployed in test but missing from Pulumi.prod.yaml — add the entity to " \
+                          "cloudstation:projects there first" in out
+    add_entity(root / "Pulumi.prod.yaml")  # the first remedy (the other, promoting the others, runs above)
+    assert _cli(root, capsys, *PROMOTE)[0] == 0
+    assert_consistent(root, images)
+
+
+def _immutable(tags_seen: dict):
+    """A registry whose repositories have immutable tags, as ECR's (PutImage answers
+    ImageTagAlreadyExistsException for a tag already on another image)."""
+    def connect(host):
+        client = registry_api.connect(host)
+        real = client.tag
+
+        def tag(ref, manifest, name):
+            if tags_seen.setdefault((ref.repository, name), manifest.digest) != manifest.digest:
+                raise registry_api.RegistryError(f"{ref}: tag {name!r} already exists on another image and "
+                                                 f"{ref.repository} has immutable tags")
+            real(ref, manifest, name)
+
+        client.tag = tag
+        return client
+    return connect
+
+
+def test_the_moving_tag_is_opt_in(env, root, registry, pushed, capsys, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, new_images(pushed)))
+    code, out = _cli(root, capsys, *PROMOTE, "--moving-tag", "prod")
+    assert code == 0, out
+    [record] = promote.read_history(root, "prod")
+    assert record["tags"][0] == "prod" and re.fullmatch(r"prod-\d{8}T\d{6}Z", record["tags"][1])
+    for refs in pushed.values():
+        assert registry.digest_of(refs["repository"], "prod") == refs["new"].split("@")[1]
+    assert _cli(root, capsys, "rollback", "--stack", "prod", "--moving-tag", "prod")[0] == 0
+    for refs in pushed.values():
+        assert registry.digest_of(refs["repository"], "prod") == refs["old"].split("@")[1]
+    # An invalid tag is refused with an example of a valid one.
+    code, out = _cli(root, capsys, *PROMOTE, "--moving-tag", "prod/latest")
+    found = re.search(r"e\.g\. --moving-tag (\S+)", out)
+    assert code == 1 and found, out
+    assert _cli(root, capsys, *PROMOTE, "--moving-tag", found.group(1))[0] == 0
+    assert_consistent(root, new_images(pushed))
+
+
+def test_a_moving_tag_on_immutable_repositories_fails_the_second_time(env, root, pushed):
+    seen: dict = {}
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"], connect=_immutable(seen),
+                    moving_tag="prod", now=datetime(2026, 3, 4, 5, 6, 1, tzinfo=timezone.utc))
+    with pytest.raises(PromotionRefused, match="run it again without --moving-tag") as refused:
+        promote.rollback(root=root, connect=_immutable(seen), moving_tag="prod",
+                         now=datetime(2026, 3, 4, 5, 6, 2, tzinfo=timezone.utc))
+    assert "tag 'prod' already exists on another image" in str(refused.value)
+    promote.rollback(root=root, connect=_immutable(seen), now=datetime(2026, 3, 4, 5, 6, 2, tzinfo=timezone.utc))
+    # The default timestamp tags are new each time: many promotions, no refusal.
+    for second in (3, 4):
+        promote.promote(root=root, images=new_images(pushed), connect=_immutable(seen),
+                        now=datetime(2026, 3, 4, 5, 6, second, tzinfo=timezone.utc))
+        promote.rollback(root=root, connect=_immutable(seen), now=datetime(2026, 3, 4, 5, 7, second, tzinfo=timezone.utc))
+    assert_consistent(root)
+
+
+def test_an_invalid_registry_section_is_named_with_its_fix(env, root, pushed):
+    path = root / "Pulumi.prod.yaml"
+    good = path.read_text()
+    path.write_text(good.replace("mode: shared", "mode: sharde", 1))
+    with pytest.raises(PromotionRefused, match=r"cloudstation:platform.registry is not valid(.|\n)*fix "
+                                               r"cloudstation:platform.registry in Pulumi.prod.yaml"):
+        promote.promote(root=root, images=new_images(pushed))
+    path.write_text(good)  # fixed
+    promote.promote(root=root, images=new_images(pushed))
+    assert_consistent(root, new_images(pushed))
+
+
+def test_an_invalid_stack_file_is_named_with_its_fix(env, root, pushed):
+    path = root / "Pulumi.prod.yaml"
+    good = path.read_text()
+    path.write_text(good.replace("  cloudstation:environment: prod\n", "  cloudstation:environment: prod\n"
+                                 "  cloudstation:enviroment: prod\n", 1))
+    with pytest.raises(PromotionRefused, match=r"cloudstation:enviroment(.|\n)*fix that in Pulumi.prod.yaml, then run "
+                                               r"it again"):
+        promote.promote(root=root, images=new_images(pushed))
+    path.write_text(good.replace("  cloudstation:environment: prod\n", "  cloudstation:environment: prod\n"
+                                 "  cloudstation:environment: prod\n", 1))  # a repeated key: not even editable
+    with pytest.raises(PromotionRefused, match=r"appears more than once(.|\n)*fix Pulumi.prod.yaml, then run it again"):
+        promote.promote(root=root, images=new_images(pushed))
+    path.write_text(good)  # fixed
+    promote.promote(root=root, images=new_images(pushed))
+    assert_consistent(root, new_images(pushed))
+
+
+@pytest.mark.parametrize("argv", [[*PROMOTE[:-1], "nope"], ["rollback", "--stack", "nope"]])
+def test_a_stack_without_a_file_names_the_stacks_there(env, root, pushed, capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, new_images(pushed)))
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    code, out = _cli(root, capsys, *argv)
+    found = re.search(r"no Pulumi.nope.yaml in \S+: (--to|--stack) names the stack whose file is edited \(stack files "
+                      r"here: prod, test\)", out)
+    assert code == 1 and found, out
+    assert _cli(root, capsys, *argv[:-1], "prod")[0] == 0
+    assert_consistent(root)
+
+
+def test_rollback_to_images_gone_from_the_registry(env, root, pushed, capsys, tmp_path, monkeypatch):
+    promote.promote(root=root, images=new_images(pushed), entities=["shop/cart"])
+    path = root / "promotions.prod.jsonl"
+    [record] = promote.read_history(root, "prod")
+    gone = pushed["shop/cart"]["old"].split("@")[0] + "@sha256:" + "e" * 64  # this repository, never pushed
+    path.write_text(json.dumps({**record, "previous": {"shop/cart": gone}}) + "\n")
+    code, out = _cli(root, capsys, "rollback", "--stack", "prod")
+    assert code == 1 and "is not in the registry" in out and "those images are gone from the registry" in out, out
+    monkeypatch.setenv("PULUMI_BACKEND_URL", file_backend(tmp_path, {k: r["old"] for k, r in pushed.items()}))
+    run_remedy(out, root)
+    assert image_of(root, "shop/cart") == pushed["shop/cart"]["old"]
+    assert_consistent(root)
+
+
+REMEDY_TESTS = {
+    # function in infra/promote.py -> (how many PromotionRefused it raises, the tests that run their remedies)
+    "_read_history": (1, ["test_a_bad_history_is_refused_before_anything_happens",
+                          "test_a_bad_line_amid_the_history_is_removed_as_told"]),
+    "_settle": (1, ["test_a_record_lost_while_the_file_was_written_is_given_back"]),
+    "_settle_pending": (1, ["test_an_interrupted_record_whose_file_was_edited_since"]),
+    "_locked": (1, ["test_a_concurrent_run_is_refused_while_one_holds_the_lock"]),
+    "registry_of": (1, ["test_an_invalid_registry_section_is_named_with_its_fix"]),
+    "select": (1, ["test_refusals_leave_file_registry_and_history_untouched", "test_refusal_lists_every_problem_at_once",
+                   "test_entities_without_an_image_must_come_along", "test_an_entity_without_image_missing_from_test",
+                   "test_an_entity_deployed_in_test_and_added_to_prod"]),
+    "_fetch": (2, ["test_refuses_without_registry_credentials", "test_refusals_leave_file_registry_and_history_untouched",
+                   "test_rollback_to_images_gone_from_the_registry"]),
+    "_tag": (1, ["test_registry_refusing_the_tag_leaves_the_file_and_history",
+                 "test_a_moving_tag_on_immutable_repositories_fails_the_second_time"]),
+    "_tags": (1, ["test_the_moving_tag_is_opt_in"]),
+    "_apply": (1, ["test_an_invalid_stack_file_is_named_with_its_fix"]),
+    "_start": (2, ["test_a_stack_without_a_file_names_the_stacks_there", "test_an_invalid_stack_file_is_named_with_its_fix"]),
+    "promote": (1, ["test_secret_images_output_is_refused"]),
+    "_anchor": (1, ["test_rollback_to_something_else_names_a_promotion_in_effect"]),
+    "rollback": (2, ["test_rollback_after_a_promotion_that_added_an_entity", "test_rollback_restores_the_exact_previous_file",
+                     "test_rollback_refuses_when_the_file_changed_since",
+                     "test_rollback_replays_only_previous_references_of_this_stacks_registry"]),
+}
+"""Every refusal in infra/promote.py, by function, and the tests that follow its remedy. A new
+`PromotionRefused` fails test_every_refusal_has_a_test_of_its_remedy until it is listed here with
+a test that runs its remedy."""
+
+
+def test_every_refusal_has_a_test_of_its_remedy():
+    import ast
+
+    tree = ast.parse((ROOT / "infra" / "promote.py").read_text())
+    raised: dict[str, int] = {}
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef):
+            inner = {id(n) for f in ast.walk(function) if isinstance(f, ast.FunctionDef) and f is not function
+                     for n in ast.walk(f)}
+            count = sum(1 for node in ast.walk(function) if id(node) not in inner and isinstance(node, ast.Call)
+                        and getattr(node.func, "id", None) == "PromotionRefused")
+            if count:
+                raised[function.name] = count
+    assert raised == {name: count for name, (count, _) in REMEDY_TESTS.items()}
+    for _, tests in REMEDY_TESTS.values():
+        for name in tests:
+            assert callable(globals().get(name)), name

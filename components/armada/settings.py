@@ -61,6 +61,7 @@ class PruningSettings(ConfigModel):
     """A database pruning CronJob."""
 
     enabled: bool = True
+    """Run the database pruner as a CronJob on `schedule` (it deletes finished jobs past their expiry)."""
     schedule: str = Field(default="@hourly", pattern=CRON)
     """CronJob schedule (five fields or @hourly/@daily/...)."""
 
@@ -153,6 +154,7 @@ class BinocularsSettings(ServiceSettings):
     """Binoculars (job logs and node cordon for Lookout); optional."""
 
     enabled: bool = False
+    """Install Binoculars (Lookout then shows job logs)."""
     public_url: Optional[str] = Field(default=None, pattern=r"^https?://\S+$")
     """Binoculars' URL as browsers reach it (may contain `{CLUSTER_ID}`); unset = in-cluster."""
 
@@ -281,20 +283,25 @@ class PriorityClassSettings(ConfigModel):
     priority: int = Field(ge=0, le=1_000_000_000)
     """Both the scheduler's priority and the Kubernetes PriorityClass value."""
     preemptible: bool
+    """Whether the scheduler may preempt jobs of this class for higher-priority ones."""
 
 
 class DatabaseNames(ConfigModel):
     """PostgreSQL databases; distinct names let stacks share an external server."""
 
     scheduler: str = Field(default="scheduler", pattern=POSTGRES_IDENTIFIER)
+    """Database of the scheduler and its ingester."""
     lookout: str = Field(default="lookout", pattern=POSTGRES_IDENTIFIER)
+    """Database of Lookout and its ingester."""
 
 
 class PulsarTopics(ConfigModel):
     """Pulsar topics (short names resolve to persistent://public/default/<name>)."""
 
     events: DnsLabel = "events"
+    """Topic of job events (the server publishes, the ingesters consume)."""
     control_plane: DnsLabel = "control-plane"
+    """Topic of control-plane events (executor settings, preempt or cancel on an executor or queue)."""
 
 
 class ArmadaConfig(ConfigModel):
