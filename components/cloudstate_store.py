@@ -14,6 +14,7 @@ from components import k8s as kb
 from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
 from components.model import ConfigModel
 from components.postgres import Postgres, PostgresArgs, PostgresSettings
+from components.postgres_backup import BackupSettings, backup_for
 from components.component import Component
 
 StoreKind = Literal["postgres", "cassandra"]
@@ -26,6 +27,9 @@ class StoresConfig(ConfigModel):
 
     postgres: PostgresSettings = PostgresSettings()
     cassandra: CassandraSettings = CassandraSettings()
+    backups: BackupSettings = BackupSettings()
+    """Scheduled backups of every managed PostgreSQL store of the stack, Armada's included
+    (components/postgres_backup.py, docs/backups.md)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class CloudStateStore(Component):
                 ),
                 child,
             )
+        if isinstance(database, Postgres):
+            backup_for(database, args.stores.backups, args.namespace, args.namespace_name, args.image_mirror, child)
         self.store_name = name
         self.endpoint = database.endpoint
         store = k8s.apiextensions.CustomResource(

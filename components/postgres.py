@@ -260,6 +260,7 @@ def create_databases_job_spec(name: str, secret: str, host: str, port: int, imag
 class Postgres(Component):
     """Outputs: `host` (Output[str]), `port` (int), `secret_name` (Output[str], keys username,
     password, database), `service_name` (str; managed only, else None), `database` (str),
+    `databases` (list[str]: the main one and the extras),
     `ready` (resources to depend on before using the server and its databases), `endpoint`
     (network.Endpoint: what clients' egress policies allow)."""
 
@@ -269,6 +270,8 @@ class Postgres(Component):
         child = self.child_opts()
         image = versions.image("postgres", args.image_mirror)
         self.database = args.database or settings.database
+        # Every database the server holds for its clients (what a backup dumps).
+        self.databases: list[str] = list(dict.fromkeys([self.database, *args.extra_databases]))
         secret_name = f"{name}-credentials"
         encoded_database = base64.b64encode(self.database.encode()).decode()
         self.ready: list[pulumi.Resource] = []

@@ -30,6 +30,7 @@ from components.armada.service import ArmadaArgs
 from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.postgres import Postgres, PostgresArgs
+from components.postgres_backup import backup_for
 from components.pulsar import Pulsar, PulsarArgs
 from components.redis import Redis, RedisArgs
 from infra import monitoring
@@ -68,6 +69,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         ),
         opts,
     )
+    backup_for(postgres, config.platform.stores.backups, armada.namespace, armada.namespace, mirror, opts)
     redis = Redis("armada-redis", RedisArgs(settings=armada.redis, namespace=armada.namespace, image_mirror=mirror), opts)
     pulsar = Pulsar(
         "armada-pulsar", PulsarArgs(settings=armada.pulsar, namespace=armada.namespace, image_mirror=mirror), opts

@@ -298,9 +298,10 @@ HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
 }
 NO_HEALTH_ENDPOINT = (
     "gresearch/armada-scheduler-ingester", "gresearch/armada-lookout-ingester", "gresearch/armada-event-ingester",
-    "cloudstateio/cloudstate-operator",
+    "cloudstateio/cloudstate-operator", "library/python",
 )
-"""Platform images known to serve no health endpoint (the CloudState operator has none)."""
+"""Platform images known to serve no health endpoint (the CloudState operator has none; python
+runs only the stores' backup uploads, run to completion)."""
 
 
 def image_repository(image: str) -> str:

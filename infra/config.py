@@ -372,7 +372,7 @@ class StackConfig(ConfigModel):
                 # The store's objects share the namespace (and the entity's pods would carry the
                 # store's selector labels): `<project>-<store>` and its suffixed Services/policies.
                 store = f"{project.name}-{project.store}"
-                taken = {store, *(f"{store}-{suffix}" for suffix in ("headless", "gossip", "auth", "databases")),
+                taken = {store, *(f"{store}-{suffix}" for suffix in ("headless", "gossip", "auth", "databases", "backup", "restore")),
                          "default-deny", "allow-dns"}
                 if self.platform.monitoring.enabled:  # infra/monitoring.py: the exporter and scrape policies
                     taken |= {f"{store}-exporter", f"{store}-exporter-scrape", "cloudstate-proxies-scrape"}

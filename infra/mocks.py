@@ -68,10 +68,12 @@ def _random_id(name: str) -> Callable[[dict], dict]:
 
 
 def _existing_secret(resource_id: str) -> dict:
-    """An existing Secret `<namespace>/<name>` with `username` and `password` (base64)."""
+    """An existing Secret `<namespace>/<name>` with `username` and `password` (base64), and the
+    S3 keys `accessKeyId` and `secretAccessKey` of a backup target's Secret."""
     namespace, _, name = resource_id.partition("/")
     data = {
-        key: base64.b64encode(f"{key}-of-{resource_id}".encode()).decode() for key in ("username", "password")
+        key: base64.b64encode(f"{key}-of-{resource_id}".encode()).decode()
+        for key in ("username", "password", "accessKeyId", "secretAccessKey")
     }
     return {"metadata": {"namespace": namespace, "name": name}, "type": "Opaque", "data": as_secret(data)}
 

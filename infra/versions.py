@@ -48,6 +48,9 @@ TAGS: dict[str, str] = {
     # 7.4's alpine images are built on Alpine 3.21, whose support ended on 2026-11-01.
     "redis": "docker.io/library/redis:7.4.11-bookworm",
     "pulsar": "docker.io/apachepulsar/pulsar:4.1.3",
+    # The S3 client of the stores' backups (components/postgres_backup.py runs its standard-library
+    # uploader with `python3 -c`): the official image, on the postgres pin's Alpine release.
+    "backup-s3-client": "docker.io/library/python:3.13.15-alpine3.24",
     # Armada services.
     "armada-server": f"docker.io/gresearch/armada-server:{ARMADA}",
     "armada-scheduler": f"docker.io/gresearch/armada-scheduler:{ARMADA}",

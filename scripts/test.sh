@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Set everything up on a fresh machine and run every test. Needs only Python 3.11+ (and apt-get
-# as root for the registry tools the promotion tests run; without them those tests fail loudly).
+# as root for the registry tools the promotion tests run and the PostgreSQL server the backup tests
+# run; without them those tests fail loudly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Only what is missing, tool by tool: a tool installed another way (e.g. Node.js) is left alone.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   packages=()
-  for pair in docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils node:nodejs; do
+  # PostgreSQL's server for the backup/restore tests (pg_ctlcluster comes with Debian's server package).
+  for pair in docker-registry:docker-registry skopeo:skopeo htpasswd:apache2-utils node:nodejs pg_ctlcluster:postgresql; do
     command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
   done
   if [ "${#packages[@]}" -gt 0 ]; then
