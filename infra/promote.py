@@ -421,6 +421,18 @@ def select(
     return {key: images[key] for key in sorted(keys)}
 
 
+def first_promotion_text(root: Path, images: dict[str, str], source: str = "test", target: str = "prod") -> str:
+    """`Pulumi.<target>.yaml` as a promotion of every entity from `images` (a `source` stack's
+    `images` output) would write it, without touching a registry or any file: for reviewing prod
+    before its first promotion (`render --images-from`) and for the tests."""
+    name = f"Pulumi.{target}.yaml"
+    parsed = stack_file.parse(stack_file.read_text(stack_path(root, target)), name)
+    refs = select(images, parsed.slots, (), (), source, target, registry_of(parsed))
+    edited = stack_file.apply(parsed, refs)
+    stack_file.validate(edited, root, name)
+    return edited.text
+
+
 def _missing_in_source(key: str, slot: stack_file.ImageSlot, source: str, target_file: str) -> str:
     where = f"{target_file} ({slot.path})"
     if slot.value is None:
