@@ -280,7 +280,7 @@ class HealthEndpoint:
 # Images (repository path without registry host or tag, so mirrors match) with a health endpoint,
 # from the reference notes: distribution's debug server (components/registry.py), Armada's services
 # (armada/NOTES.md §1: /health on server, scheduler, executor, lookout, binoculars; the ingesters
-# have none), and the stores, whose health is checked by a command, a port or an HTTP path.
+# have none but /metrics), and the stores, whose health is checked by a command, a port or an HTTP path.
 HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
     "library/registry": HealthEndpoint(("httpGet",), "/debug/health"),
     "gresearch/armada-server": HealthEndpoint(("httpGet",), "/health"),
@@ -288,6 +288,11 @@ HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
     "gresearch/armada-executor": HealthEndpoint(("httpGet",), "/health"),
     "gresearch/armada-lookout": HealthEndpoint(("httpGet",), "/health"),
     "gresearch/armada-binoculars": HealthEndpoint(("httpGet",), "/health"),
+    # The ingesters' only listener is the Prometheus handler (v0.22.7 internal/common/startup.go
+    # ServeMetricsFor): probed on /metrics (components/armada/workload.py `metrics_probe`).
+    "gresearch/armada-scheduler-ingester": HealthEndpoint(("httpGet",), "/metrics"),
+    "gresearch/armada-lookout-ingester": HealthEndpoint(("httpGet",), "/metrics"),
+    "gresearch/armada-event-ingester": HealthEndpoint(("httpGet",), "/metrics"),
     "library/postgres": HealthEndpoint(),
     "library/redis": HealthEndpoint(),
     "apachepulsar/pulsar": HealthEndpoint(),
@@ -296,10 +301,7 @@ HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
     "prometheuscommunity/postgres-exporter": HealthEndpoint(("httpGet",), "/"),
     "oliver006/redis_exporter": HealthEndpoint(("httpGet",), "/health"),
 }
-NO_HEALTH_ENDPOINT = (
-    "gresearch/armada-scheduler-ingester", "gresearch/armada-lookout-ingester", "gresearch/armada-event-ingester",
-    "cloudstateio/cloudstate-operator", "library/python",
-)
+NO_HEALTH_ENDPOINT = ("cloudstateio/cloudstate-operator", "library/python")
 """Platform images known to serve no health endpoint (the CloudState operator has none; python
 runs only the stores' backup uploads, run to completion)."""
 

@@ -409,10 +409,9 @@ container_resources = ResourceValidationPolicy(
 health_probes = ResourceValidationPolicy(
     name="health-probes",
     description="Long-running containers of images with a health endpoint (infra/checks.py HEALTH_ENDPOINTS: the "
-                "registry's /debug/health, /health of Armada's server, scheduler, executor, lookout and binoculars; "
+                "registry's /debug/health, /health of Armada's server, scheduler, executor, lookout and binoculars, /metrics of its ingesters; "
                 "PostgreSQL, Redis, Pulsar and Cassandra by command, port or HTTP) have a readiness probe on it and "
-                "a liveness probe. Jobs, CronJobs and images without one (Armada's ingesters, the CloudState "
-                "operator) are exempt.",
+                "a liveness probe. Jobs, CronJobs and images without one (the CloudState operator) are exempt.",
     validate=_probes,
     enforcement_level=MANDATORY,
 )

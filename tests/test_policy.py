@@ -298,7 +298,17 @@ def test_health_probes_rejects_known_images_without_their_probes():
     migration = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate", "namespace": "a"},
                  "spec": {"template": {"spec": {"containers": [container("m", versions.image("armada-lookout"))]}}}}
     assert check_resource(rules.health_probes, "kubernetes:batch/v1:Job", migration) == []
-    assert check_resource(rules.health_probes, *deployment(container("i", versions.image("armada-event-ingester")))) == []
+    assert check_resource(rules.health_probes, *deployment(container("c", versions.image("cloudstate-operator")))) == []
+    # The ingesters serve only /metrics, and are probed there (components/armada/workload.py).
+    for ingester in ("armada-scheduler-ingester", "armada-lookout-ingester", "armada-event-ingester"):
+        assert check_resource(rules.health_probes, *deployment(container("i", versions.image(ingester)))) == [
+            "Deployment apps/web container i: needs a readinessProbe (httpGet)",
+            "Deployment apps/web container i: needs a livenessProbe",
+        ], ingester
+        health = container("i", versions.image(ingester), readinessProbe={"httpGet": {"path": "/health", "port": 9000}},
+                           livenessProbe={"httpGet": {"path": "/metrics", "port": 9000}})
+        assert check_resource(rules.health_probes, *deployment(health)) == [
+            "Deployment apps/web container i: readinessProbe must request /metrics, not '/health'"], ingester
 
 
 def test_every_pinned_image_has_a_health_endpoint_decision():
