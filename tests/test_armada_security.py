@@ -314,6 +314,27 @@ def test_credentials_files_have_armadas_key_shapes():
          "armada.executors[0].extra.Kubernetes.ImpersonateUsers: true — needs impersonating users"),
         ({"executors": [{"name": "a", "extra": {"metric": {"exposeQueueUsageMetrics": True}}}]},
          "armada.executors[0].extra.metric.exposeQueueUsageMetrics: true — needs the kubelet's stats through nodes/proxy"),
+        # `extra` is merged over the generated config: it cannot switch anonymous access back on
+        # where `auth.anonymous` would be refused, in any key case, nor name `everyone`.
+        ({"server": {"publicRestUrl": "https://armada.example.com", "extra": {"auth": {"anonymousAuth": True}}}},
+         "armada.server.extra.auth.anonymousAuth: true — anonymous access is refused while the API is reachable "
+         "beyond a port-forward (server.publicRestUrl set)"),
+        ({"userAccess": {"namespaces": ["ingress-nginx"]}, "server": {"extra": {"Auth": {"AnonymousAuth": "true"}}}},
+         "armada.server.extra.Auth.AnonymousAuth: 'true' — anonymous access is refused"),
+        ({"binoculars": {"enabled": True, "publicUrl": "https://logs.example.com",
+                         "extra": {"AUTH": {"anonymousauth": True}}}},
+         "armada.binoculars.extra.AUTH.anonymousauth: true — anonymous access is refused while the API is reachable "
+         "beyond a port-forward (binoculars.publicUrl set)"),
+        ({"scheduler": {"extra": {"auth": {"anonymousAuth": True}}}},
+         "armada.scheduler.extra.auth.anonymousAuth: true — the scheduler only accepts the platform's own users"),
+        ({"server": {"extra": {"auth": {"permissionGroupMapping": {"submit_any_jobs": ["admins", "everyone"]}}}}},
+         "armada.server.extra.auth.permissionGroupMapping.submit_any_jobs[1]: 'everyone' — every principal is in group"),
+        ({"scheduler": {"extra": {"AUTH": {"PermissionGroupMapping": {"execute_jobs": ["everyone"]}}}}},
+         "armada.scheduler.extra.AUTH.PermissionGroupMapping.execute_jobs[0]: 'everyone'"),
+        ({"binoculars": {"extra": {"auth": {"permissionGroupMapping": {"cordon_nodes": ["everyone"]}}}}},
+         "armada.binoculars.extra.auth.permissionGroupMapping.cordon_nodes[0]: 'everyone'"),
+        ({"lookout": {"extra": {"auth": {"permissionGroupMapping": {"cancel_jobs": ["everyone"]}}}}},
+         "armada.lookout.extra.auth.permissionGroupMapping.cancel_jobs[0]: 'everyone'"),
     ],
 )
 def test_insecure_settings_are_config_errors_naming_the_key(armada_section, where):
@@ -325,6 +346,11 @@ def test_insecure_settings_are_config_errors_naming_the_key(armada_section, wher
 def test_anonymous_access_is_allowed_only_behind_port_forwards():
     assert load({"auth": {"anonymous": True}}).platform.armada.auth.anonymous is True
     assert load({}).platform.armada.auth.anonymous is False
+    # The same through `extra` (no public address, no userAccess), and switching it off anywhere.
+    assert load({"server": {"extra": {"auth": {"anonymousAuth": True}}}}).platform.armada.server.extra
+    assert load({"scheduler": {"extra": {"auth": {"anonymousAuth": False}}},
+                 "server": {"publicRestUrl": "https://armada.example.com", "extra": {"auth": {"anonymousAuth": "false"}}},
+                 "binoculars": {"extra": {"auth": {"permissionGroupMapping": {"cordon_nodes": ["armada-admins"]}}}}})
 
 
 # --- who reaches the user-facing ports ----------------------------------------------------------

@@ -390,9 +390,24 @@ class ArmadaConfig(ConfigModel):
     @model_validator(mode="after")
     def _no_anonymous_exposure(self) -> "ArmadaConfig":
         # Anonymous principals may do whatever `everyone` may; beyond a port-forward (which needs
-        # Kubernetes credentials for the Armada namespace) that is anyone on the network.
-        if not self.auth.anonymous:
+        # Kubernetes credentials for the Armada namespace) that is anyone on the network. `extra`
+        # is deep-merged over the generated config (config.py `_finish`), so its `auth` keys are
+        # checked like `auth.anonymous`; Viper matches them in any case and reads "true"/1 as true.
+        _no_everyone_in_extra(self)
+        if _truthy(_config_value(self.scheduler.extra, ("auth", "anonymousAuth"))[1]):
+            found, value = _config_value(self.scheduler.extra, ("auth", "anonymousAuth"))
+            raise problem(
+                "the scheduler only accepts the platform's own users (the server and the executors, which "
+                "authenticate); remove it", f".scheduler.extra.{'.'.join(found)}", value,
+            )
+        switches = [(".auth.anonymous", True)] if self.auth.anonymous else []
+        for where, extra in ((".server.extra", self.server.extra), (".binoculars.extra", self.binoculars.extra)):
+            found, value = _config_value(extra, ("auth", "anonymousAuth"))
+            if _truthy(value):
+                switches.append((f"{where}.{'.'.join(found)}", value))
+        if not switches:
             return self
+        subpath, switch = switches[0]
         exposed = [
             key for key, value in (
                 ("server.publicRestUrl", self.server.public_rest_url),
@@ -406,7 +421,7 @@ class ArmadaConfig(ConfigModel):
                 f"anonymous access is refused while the API is reachable beyond a port-forward ({', '.join(exposed)} "
                 "set): set auth.anonymous: false (the default) and log in with the generated admin user "
                 "(docs/armada.md, 'Authentication')",
-                ".auth.anonymous", True,
+                subpath, switch,
             )
         return self
 
@@ -483,3 +498,30 @@ def _config_value(config: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], 
         found.append(key)
         config = config[key]
     return tuple(found), config
+
+
+def _truthy(value: Any) -> bool:
+    """Whether Viper reads `value` as a true bool (spf13/cast ToBool: strconv.ParseBool of a
+    string, non-zero numbers)."""
+    if isinstance(value, str):
+        return value.strip() in ("1", "t", "T", "TRUE", "true", "True")
+    return bool(value) if isinstance(value, (bool, int, float)) else False
+
+
+def _no_everyone_in_extra(config: "ArmadaConfig") -> None:
+    """No `permissionGroupMapping` in a service's `extra` grants group `everyone` anything (every
+    principal, the platform's own users and the anonymous one included, is in it). Lookout too:
+    its `auth.anonymousAuth` is upstream's default (true, config/lookout/config.yaml), so whatever
+    its mapping grants `everyone` anyone reaching Lookout gets; its anonymous read-only pages stay
+    as documented (docs/armada.md, 'Authentication')."""
+    for where, extra in (
+        (".server.extra", config.server.extra), (".scheduler.extra", config.scheduler.extra),
+        (".binoculars.extra", config.binoculars.extra), (".lookout.extra", config.lookout.extra),
+    ):
+        found, mapping = _config_value(extra, ("auth", "permissionGroupMapping"))
+        if not isinstance(mapping, dict):
+            continue
+        for permission, groups in mapping.items():
+            for index, group in enumerate(groups if isinstance(groups, list) else [groups]):
+                if group == EVERYONE:
+                    _user_group(group, f"{where}.{'.'.join(found)}.{permission}[{index}]")
