@@ -14,6 +14,14 @@ Differences from upstream `cloudstate.yaml` (reference cloudstate/NOTES.md §2.1
   binding hard-codes `cloudstate`, cloudstate issue #123).
 - The operator config pins every proxy image (upstream: `latest`).
 - The Deployment meets the restricted Pod Security Standard and has requests and limits.
+
+A proxy version bump changes only the ConfigMap, and needs no restart (no checksum annotation on
+the pod template): v0.6.0 watches its ConfigMap (cloudstateio/cloudstate v0.6.0
+operator/src/main/scala/io/cloudstate/operator/OperatorMain.scala: `Watcher.watchSingle` on
+`CONFIG_MAP` in `NAMESPACE`; on MODIFIED `maybeRestart` compares the parsed `OperatorConfig`, which
+includes the proxy images, and restarts its watchers; their fresh caches reconcile every
+StatefulService again, and StatefulServiceOperatorFactory `reconcileDeployment` updates a Deployment
+whose sidecar image differs). Needs: those two env variables, key `config`, get+watch on the name.
 """
 from __future__ import annotations
 

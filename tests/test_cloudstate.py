@@ -259,6 +259,32 @@ def test_operator_deployment_is_hardened(owner):
     assert env["CONFIG_MAP"]["value"] == "cloudstate-operator-config"
 
 
+def test_a_proxy_bump_reaches_the_running_operator_through_its_config_watch(owner):
+    """v0.6.0 reloads its config when the ConfigMap `CONFIG_MAP` in `NAMESPACE` is modified
+    (OperatorMain.scala Watcher.watchSingle, maybeRestart), so no restart of the Deployment is
+    needed: the ConfigMap it names must be the rendered one, carry the proxy images under key
+    `config`, and be readable and watchable by the operator's account."""
+    deployment = find(owner, "Deployment", "cloudstate-operator")
+    namespace = deployment["metadata"]["namespace"]
+    [container] = pod_spec(deployment)["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    config_map = find(owner, "ConfigMap", env["CONFIG_MAP"]["value"], namespace)
+    parsed = operator.parse_operator_config(config_map["data"]["config"])
+    mirror = validate_config(owner.stack).platform.image_mirror
+    assert parsed["proxy.image"] == operator.proxy_images(mirror)
+    account = pod_spec(deployment)["serviceAccountName"]
+    granted = set()
+    for binding in objects(owner, "RoleBinding"):
+        if binding["metadata"]["namespace"] == namespace and {"kind": "ServiceAccount", "name": account,
+                                                               "namespace": namespace} in binding["subjects"]:
+            role = find(owner, "Role", binding["roleRef"]["name"], namespace)
+            granted |= {verb for rule in role["rules"] if "configmaps" in rule["resources"]
+                        and config_map["metadata"]["name"] in rule.get("resourceNames", [config_map["metadata"]["name"]])
+                        for verb in rule["verbs"]}
+    assert {"get", "watch"} <= granted
+
+
 def test_operator_config_is_explicit_hocon():
     text = operator.operator_config(["b", "a", "a"], {"postgres": "x/y:1"})
     assert text == 'cloudstate.operator {\n  watch.namespaces = ["a", "b"]\n  proxy.image {\n    postgres = "x/y:1"\n  }\n}\n'
