@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Annotated, Iterable, Optional
 
 import pulumi
-import pulumi_docker as docker
 from pydantic import AfterValidator
 
 from components.component import Component
@@ -253,6 +252,8 @@ class EntityImage(Component):
 
     def __init__(self, name: str, args: EntityImageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:delivery:EntityImage", name, None, opts)
+        import pulumi_docker as docker  # here: stacks that build nothing (prod) never load it
+
         image = docker.Image(
             f"{name}-image",
             image_name=f"{args.push_host}/{args.repository}:{args.tag}",

@@ -17,6 +17,12 @@ if pulumi.runtime.settings.get_monitor() is not None:
 
     main()
 elif __name__ == "__main__":
+    import gc
+
     from infra.cli import main as cli
 
-    sys.exit(cli())
+    status = cli()
+    # Exiting: everything still allocated lives until now, and the interpreter's final collections
+    # over it cost ~0.4 s of CPU after a render; frozen objects are skipped.
+    gc.freeze()
+    sys.exit(status)

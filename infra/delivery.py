@@ -187,11 +187,14 @@ def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[s
     test: built and pushed (unless the entity sets `image`); prod: the entity's `image`, never built."""
     config = stack.config
     images: dict[tuple[str, str], pulumi.Output[str]] = {}
+    tags: dict[tuple[str, str], str] = {}  # one walk per context and Dockerfile within this run
     for project, entity in all_entities(config):
         if entity.image is not None or config.environment is Environment.PROD:
             images[(project, entity.name)] = pulumi.Output.from_input(entity.image)
             continue
         dockerfile, text = entity_dockerfile(stack.root, project, entity, config.platform.image_mirror)
+        if (entity.source, text) not in tags:
+            tags[(entity.source, text)] = content_tag(stack.root / entity.source, text)
         image = EntityImage(
             f"image-{project}-{entity.name}",
             EntityImageArgs(
@@ -200,7 +203,7 @@ def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[s
                 context=stack.path(entity.source),
                 dockerfile=stack.path(dockerfile),
                 repository=access.repository(project, entity.name),
-                tag=content_tag(stack.root / entity.source, text),
+                tag=tags[(entity.source, text)],
                 push_host=access.push_host or access.pull_host,
                 pull_host=access.pull_host,
                 username=access.username,

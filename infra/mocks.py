@@ -31,8 +31,17 @@ def is_wrapped_secret(value: Any) -> bool:
     return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
 
 
+MOCK_DIGEST_PREFIX = "sha256:" + "0" * 16
+"""Every digest the mocks make up starts so (a real sha256 digest does with odds of 2^-64): a reviewer
+tells a mock digest from a real, pinned one, and it is still 64 hex digits, as schemas and checks want."""
+
+
 def fake_digest(*parts: str) -> str:
-    return "sha256:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return MOCK_DIGEST_PREFIX + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:48]
+
+
+def _digest_of(reference: str) -> str:
+    return reference.rsplit("@", 1)[-1]
 
 
 def _docker_image(inputs: dict) -> dict:
@@ -99,14 +108,24 @@ class ProgramMocks(pulumi.runtime.Mocks):
     """Deterministic fakes for provider-computed outputs; records every registration."""
 
     registrations: list[Registration] = field(default_factory=list)
+    made_up: dict[str, str] = field(default_factory=dict)
+    """Every non-secret value the mocks made up (image digests) -> what made it up; render marks them."""
+    reads: dict[str, str] = field(default_factory=dict)
+    """URN -> `<type> <id>` of every existing object the program read (`Secret.get`, StackReference)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _made_up(self, digest: str, what: str) -> None:
+        with self._lock:
+            self.made_up[digest] = what
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[Optional[str], dict]:
         state = dict(args.inputs)
         if args.typ == "docker:index/image:Image":
             state.update(_docker_image(args.inputs))
+            self._made_up(_digest_of(state["repoDigest"]), f"the docker mock's digest for {args.typ} {args.name}")
         elif args.typ == "docker-build:index:Image":
             state.update(_docker_build_image(args.inputs))
+            self._made_up(state["digest"], f"the docker-build mock's digest for {args.typ} {args.name}")
         elif args.typ == "random:index/randomPassword:RandomPassword":
             state.update(_random_password(args.name)(args.inputs))
         elif args.typ == "random:index/randomId:RandomId":
@@ -123,7 +142,9 @@ class ProgramMocks(pulumi.runtime.Mocks):
         if args.token == "kubernetes:yaml:decode":
             return {"result": [d for d in yaml.safe_load_all(args.args["text"]) if d]}
         if args.token == "docker:index/getRegistryImage:getRegistryImage":
-            return {"name": args.args["name"], "sha256Digest": fake_digest(args.args["name"])}
+            digest = fake_digest(args.args["name"])
+            self._made_up(digest, f"the docker mock's digest for getRegistryImage {args.args['name']}")
+            return {"name": args.args["name"], "sha256Digest": digest}
         return {}
 
 
@@ -180,4 +201,14 @@ class RecordingMonitor(MockMonitor):
             )
             with self._lock:
                 self.mocks.registrations.append(registration)
+        return response
+
+    def ReadResource(self, request):
+        # A resource with an `id` option (`Secret.get`, StackReference) is read, not registered
+        # (pulumi 3.272.0 sdk/python/lib/pulumi/resource.py `Resource.__init__` -> runtime/resource.py
+        # `read_resource` -> monitor.ReadResource): at `pulumi up` its state comes from the cluster
+        # or the other stack; here the mock makes it up, and render marks what uses it.
+        response = super().ReadResource(request)
+        with self._lock:
+            self.mocks.reads[response.urn] = f"{request.type} {request.id}"
         return response

@@ -4,7 +4,9 @@ No Pulumi CLI, cluster, Docker engine or network is used. `render(stack)` evalua
 `infra/__main__.py` with the config of `Pulumi.<stack>.yaml` (secure values replaced by fakes)
 and returns every registration; `write()` turns that into
 
-    manifests.yaml   every Kubernetes object, in apply order (namespaces and CRDs first)
+    manifests.yaml   every Kubernetes object, in apply order (namespaces and CRDs first), each
+                     under a comment naming the component that made it and the values the mocks
+                     made up (infra/render_output.py)
     resources.json   every Pulumi resource: type, name, parent, provider, dependencies, the
                      options the engine acts on (protect, deleteBeforeReplace, ...), inputs
     outputs.json     the stack outputs
@@ -15,34 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import runpy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi.runtime.settings
-import yaml
 
 from infra import config as stack_config
 from infra import engine_paths
-from infra import stack_yaml
-from infra.mocks import ProgramMocks, RecordingMonitor, Registration, is_wrapped_secret
+from infra import render_output, stack_yaml
+from infra.mocks import ProgramMocks, RecordingMonitor, Registration
+from infra.render_output import KIND_ORDER, NOT_OBJECTS, SECRET, apply_order, canonical, clean, redact  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRET = "[secret]"
-
-# Apply order by kind (after Helm's install order); kinds not listed (custom resources) go last.
-KIND_ORDER = [
-    "Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "NetworkPolicy",
-    "ResourceQuota", "LimitRange", "PodDisruptionBudget", "ServiceAccount", "Secret", "ConfigMap",
-    "PersistentVolume", "PersistentVolumeClaim", "ClusterRole", "ClusterRoleBinding", "Role",
-    "RoleBinding", "Service", "DaemonSet", "Pod", "ReplicaSet", "Deployment", "HorizontalPodAutoscaler",
-    "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress", "APIService",
-    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-]
-NOT_OBJECTS = ("kubernetes:yaml/", "kubernetes:helm.sh/", "kubernetes:kustomize")
 
 
 @dataclass
@@ -73,79 +64,27 @@ class Rendered:
     stack: str
     registrations: list[Registration]
     outputs: dict[str, Any]
+    made_up: dict[str, str] = field(default_factory=dict)
+    """Non-secret values the mocks made up (image digests) -> what made each (infra/mocks.py)."""
+    reads: dict[str, str] = field(default_factory=dict)
+    """URN -> `<type> <id>` of each existing object the program read, whose state the mock made up."""
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
 
     def resources(self) -> list[dict]:
-        return [
-            {
-                "urn": r.urn,
-                "type": r.type,
-                "name": r.name,
-                "custom": r.custom,
-                "parent": r.parent or None,
-                "provider": r.provider or None,
-                "dependsOn": sorted(r.dependencies),
-                "options": r.options,
-                "inputs": clean(r.inputs),
-            }
-            for r in self.registrations
-        ]
+        return render_output.resources(self.registrations)
 
     def manifests(self) -> list[dict]:
-        objects = [
-            canonical(clean(r.inputs))
-            for r in self.registrations
-            if r.custom and r.type.startswith("kubernetes:") and not r.type.startswith(NOT_OBJECTS)
-        ]
-        return sorted(objects, key=apply_order)
+        return [obj for _, obj in render_output.objects(self.registrations)]
 
+    def object_count(self) -> int:
+        """How many Kubernetes objects manifests() holds, without building them."""
+        return sum(1 for r in self.registrations if render_output.is_object(r))
 
-def apply_order(obj: dict) -> tuple:
-    kind = obj.get("kind", "")
-    rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
-    meta = obj.get("metadata") or {}
-    return (rank, kind, meta.get("namespace") or "", meta.get("name") or "")
-
-
-def canonical(obj: dict) -> dict:
-    """apiVersion, kind, metadata first, everything else after, keys sorted below the top."""
-    first = [k for k in ("apiVersion", "kind", "metadata") if k in obj]
-    return {k: _sorted(obj[k]) for k in first + sorted(k for k in obj if k not in first)}
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted(v) for v in value]
-    return value
-
-
-def redact(value: Any) -> Any:
-    """A secret's shape with every leaf replaced, so objects stay schema-valid (a secret map
-    such as a Secret's stringData keeps its keys)."""
-    if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return SECRET
-
-
-def clean(value: Any) -> Any:
-    """Mock artefacts out: secrets redacted, integral floats back to ints, unknowns marked."""
-    if is_wrapped_secret(value):
-        return redact(value["value"])
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if type(value).__name__ == "Unknown":
-        return "[unknown]"
-    return value
+    def manifests_yaml(self) -> str:
+        """manifests.yaml's text: the objects with their comments (infra/render_output.py)."""
+        return render_output.manifests_yaml(self.stack, render_output.objects(self.registrations), self.made_up, self.reads)
 
 
 def validate_config(stack: str, root: Path = ROOT) -> stack_config.StackConfig:
@@ -183,22 +122,18 @@ def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None) -
         runpy.run_path(str(program_dir / main), run_name="__main__")
         return pulumi.Output.from_input(asyncio.ensure_future(collect_outputs()))
 
-    with contextlib.chdir(program_dir):
-        run()
+    collecting = gc.isenabled()  # the program turns the cyclic collector off (infra/program.py main)
+    try:
+        with contextlib.chdir(program_dir):
+            run()
+    finally:
+        if collecting:
+            gc.enable()
     registrations = sorted(mocks.registrations, key=lambda r: r.urn)
-    return Rendered(stack=stack, registrations=registrations, outputs=dict(sorted(outputs.items())))
+    return Rendered(stack=stack, registrations=registrations, outputs=dict(sorted(outputs.items())),
+                    made_up=dict(sorted(mocks.made_up.items())), reads=dict(sorted(mocks.reads.items())))
 
 
 def write(rendered: Rendered, out: Path) -> None:
-    """Write manifests.yaml, resources.json and outputs.json into `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    documents = yaml.safe_dump_all(rendered.manifests(), sort_keys=False, default_flow_style=False)
-    _atomic_write(out / "manifests.yaml", documents)
-    _atomic_write(out / "resources.json", json.dumps(rendered.resources(), indent=2, sort_keys=True) + "\n")
-    _atomic_write(out / "outputs.json", json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    """Write manifests.yaml, resources.json and outputs.json into `out` (infra/render_output.py)."""
+    render_output.write(out, rendered.stack, rendered.registrations, rendered.outputs, rendered.made_up, rendered.reads)

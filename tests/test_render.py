@@ -1,7 +1,9 @@
 """`python -m infra render`: the real program per stack file, offline, written as reviewable files."""
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -9,12 +11,12 @@ from pathlib import Path
 
 import yaml
 
-from infra import render
-from infra.mocks import ProgramMocks
+from infra import render, render_output
+from infra.mocks import MOCK_DIGEST_PREFIX, ProgramMocks, fake_digest
 from infra.render import ROOT, KIND_ORDER, StackFile
+from tests import promoted
 from tests.armada_variants import OWN_CLUSTER, stack_file
 
-from tests import promoted
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -191,3 +193,206 @@ def test_resources_json_records_the_options_the_engine_acts_on(mocked, tmp_path)
     }
     assert written["replaced"]["options"] == {"deleteBeforeReplace": True}
 
+
+
+# --- manifests.yaml for a reviewer: block scalars, the component of each object, mock values ------------
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def documents(text: str) -> list[tuple[list[str], dict]]:
+    """(comment lines, object) of every document of a manifests.yaml, in order (the header first
+    is not a document: it holds comments only)."""
+    header, *chunks = re.split(r"(?m)^---\n", text)  # each chunk keeps its final line break
+    assert yaml.safe_load(header) is None and all(line.startswith("#") for line in header.splitlines())
+    result = []
+    for chunk in chunks:
+        lines = chunk.splitlines()
+        comments = list(itertools.takewhile(lambda line: line.startswith("#"), lines))
+        result.append((comments, yaml.load(chunk, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))))
+    return result
+
+
+def object_key(obj: dict) -> tuple:
+    meta = obj["metadata"]
+    return obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]
+
+
+def written(rendered, tmp_path: Path) -> str:
+    out = tmp_path / rendered.stack
+    render.write(rendered, out)
+    return (out / "manifests.yaml").read_text(encoding="utf-8")
+
+
+def test_every_object_is_under_the_urn_of_the_component_that_made_it(rendered, tmp_path):
+    """`# from <parent URN>` above each document; the object itself is exactly the registered inputs
+    (no annotation added), so it still validates as before."""
+    registrations = {}
+    for registration in rendered.registrations:
+        if render_output.is_object(registration):
+            key = object_key(render.canonical(render.clean(registration.inputs)))
+            assert key not in registrations, key
+            registrations[key] = registration
+    components = {r.urn for r in rendered.registrations if not r.custom}
+    docs = documents(written(rendered, tmp_path))
+    assert [obj for _, obj in docs] == rendered.manifests()
+    assert len(docs) == len(registrations)
+    for comments, obj in docs:
+        registration = registrations[object_key(obj)]
+        assert comments[0] == f"# from {registration.parent}"
+        assert registration.parent in components or is_stack(registration.parent)
+        assert obj == render.canonical(render.clean(registration.inputs))
+        assert "cloudstation" not in json.dumps((obj["metadata"].get("annotations") or {})), "no URN annotation"
+
+
+def blockable(text: str) -> bool:
+    """Whether YAML can hold `text` as a literal block scalar: printable, no space before a line break
+    or at the end (libyaml and PyYAML's emitters fall back to a quoted scalar otherwise)."""
+    return all(ch == "\n" or ch.isprintable() for ch in text) and " \n" not in text and not text.endswith(" ")
+
+
+def test_multi_line_strings_are_block_scalars(rendered, tmp_path):
+    events = list(yaml.parse(written(rendered, tmp_path)))
+    multi_line = [e for e in events if isinstance(e, yaml.ScalarEvent) and "\n" in e.value]
+    expected = sum(1 for obj in rendered.manifests() for value in leaves(obj) if isinstance(value, str) and "\n" in value)
+    assert len(multi_line) == expected > 0
+    assert [e.value[:60] for e in multi_line if blockable(e.value) and e.style != "|"] == []
+    assert [e.value[:60] for e in multi_line if not blockable(e.value) and e.style != '"'] == []
+
+
+def leaves(value):
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield key
+            yield from leaves(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from leaves(child)
+    else:
+        yield value
+
+
+def test_block_scalars_keep_every_string_exactly():
+    """Trailing newlines (|, |-, |+), leading spaces, and strings YAML cannot hold as a block."""
+    strings = ["a\nb", "a\nb\n", "a\nb\n\n", "  indented\nfirst line\n", "trailing space \nx", "tab\there\nx", "\nlead"]
+    text = render_output.dump({"data": {str(i): s for i, s in enumerate(strings)}})
+    assert yaml.safe_load(text) == {"data": {str(i): s for i, s in enumerate(strings)}}
+    assert "'0': |-\n    a\n    b\n" in text
+
+
+def test_manifests_are_the_same_bytes_with_or_without_libyaml(rendered):
+    """Output does not depend on which emitter the machine has (libyaml is used when present)."""
+    pairs = render_output.objects(rendered.registrations)
+    pure = render_output.manifests_yaml(rendered.stack, pairs, rendered.made_up, rendered.reads, render_output.PureDumper)
+    assert rendered.manifests_yaml() == pure
+
+
+def test_mock_digests_are_recognisable_and_marked(rendered, tmp_path):
+    """Every digest the docker mock makes starts with MOCK_DIGEST_PREFIX and is listed in the header;
+    each object holding one says where under `# mock:`; a real, pinned digest (platform images,
+    infra/image-digests.yaml) is never marked. Prod's promoted references carry test's mock digests
+    (tests/promoted.py): marked too, though its own mocks made none."""
+    text = written(rendered, tmp_path)
+    header = re.split(r"(?m)^---\n", text, maxsplit=1)[0]
+    builds = rendered.of_type("docker:index/image:Image")
+    assert len(rendered.made_up) == len(builds)
+    for digest in rendered.made_up:
+        assert digest.startswith(MOCK_DIGEST_PREFIX) and DIGEST.fullmatch(digest)
+        assert digest in header
+    pinned = set(DIGEST.findall((ROOT / "infra" / "image-digests.yaml").read_text()))
+    assert pinned and not any(d.startswith(MOCK_DIGEST_PREFIX) for d in pinned)
+    marked_objects = 0
+    real_seen = set()
+    for comments, obj in documents(text):
+        found = DIGEST.findall(json.dumps(obj))
+        mock = {d for d in found if d.startswith(MOCK_DIGEST_PREFIX)}
+        real_seen |= set(found) - mock
+        mock_lines = [c for c in comments if c.startswith("# mock:") and "digest" in c]  # not reads
+        named = {d for line in mock_lines for d in DIGEST.findall(line)}
+        for digest in mock & set(rendered.made_up):
+            assert any(rendered.made_up[digest] in line for line in mock_lines), (obj["metadata"], digest)
+        assert named <= mock, "a real digest is never called a mock"
+        assert bool(mock_lines) == bool(mock), obj["metadata"]
+        marked_objects += bool(mock)
+    assert real_seen & pinned, "the platform's real pins are in the manifests, unmarked"
+    # Every entity's StatefulService runs a built (test) or promoted (prod) image: all mock digests here.
+    projects = json.loads(promoted.read(rendered.stack).values["cloudstation:projects"])
+    assert marked_objects >= sum(len(project["entities"]) for project in projects) > 0
+
+
+def test_objects_read_at_up_are_marked():
+    """`Secret.get` of an existing Secret is a read (ReadResource); the mock makes its data up, so
+    the header lists it and every object that uses it says so."""
+    from tests import cloudstate_variants
+
+    rendered = cloudstate_variants.variant("non-owner")  # external PostgreSQL: credentials from ops/pg-login
+    reads = {urn: what for urn, what in rendered.reads.items()}
+    assert list(reads.values()) == ["kubernetes:core/v1:Secret ops/pg-login"]
+    assert not any(r.urn in reads for r in rendered.registrations), "a read is not a registration"
+    users = [r for r in rendered.registrations if render_output.is_object(r) and set(r.dependencies) & reads.keys()]
+    assert users
+    text = rendered.manifests_yaml()
+    header = re.split(r"(?m)^---\n", text, maxsplit=1)[0]
+    assert all(urn in header for urn in reads)
+    marked = [obj for comments, obj in documents(text)
+              if any(c.startswith("# mock: uses kubernetes:core/v1:Secret ops/pg-login") for c in comments)]
+    assert sorted(map(object_key, marked)) == sorted(object_key(render.canonical(render.clean(r.inputs))) for r in users)
+
+
+def test_fake_digests_are_valid_and_distinct():
+    from infra.image_refs import is_digest_ref
+
+    digests = {fake_digest("a"), fake_digest("b"), fake_digest("a", "b")}
+    assert len(digests) == 3
+    for digest in digests:
+        assert digest.startswith(MOCK_DIGEST_PREFIX) and DIGEST.fullmatch(digest)
+        assert is_digest_ref(f"localhost:32000/shop/cart:tag@{digest}")
+
+
+# --- render cost: what the command loads ---------------------------------------------------------------
+
+NEVER_LOADED = ("boto3", "botocore", "ruamel", "kubernetes_validate", "jsonschema", "moto", "requests")
+"""Modules of the promotion, validation and test tooling that `python -m infra render` has no use for."""
+
+_LOADED_BY_RENDER = """
+import json, sys
+before = set(sys.modules)
+sys.path.insert(0, sys.argv[1])
+from infra import cli, render  # what `python -m infra render` imports first
+stack = json.loads(sys.stdin.read())
+render.render(stack["name"], stack_file=render.StackFile(stack["values"], stack["secret_keys"]))
+print(json.dumps(sorted({name.split(".")[0] for name in set(sys.modules) - before})))
+"""
+
+
+def loaded_by_render(stack: str) -> set[str]:
+    """Top-level packages a fresh interpreter loads to import the command and render `stack`."""
+    stack_file = promoted.read(stack)
+    result = subprocess.run(
+        [sys.executable, "-c", _LOADED_BY_RENDER, str(ROOT)],
+        input=json.dumps({"name": stack, "values": stack_file.values, "secret_keys": stack_file.secret_keys}),
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def test_render_loads_only_what_the_stack_uses():
+    """pulumi_docker is loaded only by a stack that builds images (components/entity_image.py imports
+    it when an EntityImage is made); nothing of promotion (ruamel, boto3), validation
+    (kubernetes_validate, jsonschema) or the tests is ever loaded."""
+    test, prod = loaded_by_render("test"), loaded_by_render("prod")
+    assert "pulumi_kubernetes" in test and "pulumi_kubernetes" in prod
+    assert "pulumi_docker" in test  # builds its entities' images
+    assert "pulumi_docker" not in prod  # deploys promoted references only
+    assert not (test | prod) & set(NEVER_LOADED)
+
+
+def test_render_gives_the_collector_back():
+    """The program turns the cyclic GC off for its batch (infra/program.py main); render, which runs it
+    inside a longer process (these tests), turns it back on, or the session's garbage would pile up."""
+    import gc
+
+    assert gc.isenabled()
+    render.render("test")
+    assert gc.isenabled()
