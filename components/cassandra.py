@@ -311,16 +311,7 @@ class Cassandra(Component):
                     f"{name}-pdb", **kb.disruption_budget(name, args.namespace, "database", kb.selector_labels(name)),
                     opts=child,
                 )
-            job = k8s.batch.v1.Job(
-                f"{name}-auth",
-                # A failed run is replaced on the next `up` instead of awaited again (postgres.REPLACE_UNREADY).
-                metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup", annotations=dict(REPLACE_UNREADY)),
-                spec=auth_job_spec(name, secret_name, name, image),
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[secret, service, statefulset], delete_before_replace=True
-                ),
-            )
-            k8s.networking.v1.NetworkPolicy(
+            server_policy = k8s.networking.v1.NetworkPolicy(
                 f"{name}-network-policy",
                 metadata=kb.metadata(name, args.namespace, "database"),
                 spec=same_namespace_only(name, [CQL_PORT, INTRA_NODE_PORT]),
@@ -332,11 +323,21 @@ class Cassandra(Component):
                 spec=gossip_egress_spec(name),
                 opts=child,
             )
-            k8s.networking.v1.NetworkPolicy(
+            auth_policy = k8s.networking.v1.NetworkPolicy(
                 f"{name}-auth-network-policy",
                 metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup"),
                 spec=client_egress_spec(f"{name}-auth", self.endpoint),
                 opts=child,
+            )
+            job = k8s.batch.v1.Job(
+                f"{name}-auth",
+                # A failed run is replaced on the next `up` instead of awaited again (postgres.REPLACE_UNREADY).
+                metadata=kb.metadata(f"{name}-auth", args.namespace, "database-setup", annotations=dict(REPLACE_UNREADY)),
+                spec=auth_job_spec(name, secret_name, name, image),
+                # Its pod starts once the policies admitting its connection exist (else refused, default deny).
+                opts=self.child_opts(
+                    depends_on=[secret, service, statefulset, server_policy, auth_policy], delete_before_replace=True
+                ),
             )
             self.service_name: Optional[str] = name
             self.host = pulumi.Output.from_input(args.namespace).apply(lambda ns: kb.service_dns(name, ns))

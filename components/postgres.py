@@ -262,7 +262,9 @@ class Postgres(Component):
     password, database), `service_name` (str; managed only, else None), `database` (str),
     `databases` (list[str]: the main one and the extras),
     `ready` (resources to depend on before using the server and its databases), `endpoint`
-    (network.Endpoint: what clients' egress policies allow)."""
+    (network.Endpoint: what clients' egress policies allow), `policies` (the server's
+    NetworkPolicy admitting its clients: a client's Job depends on it and on its own egress policy,
+    so its first attempt is not refused)."""
 
     def __init__(self, name: str, args: PostgresArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:stores:Postgres", name, None, opts)
@@ -275,6 +277,7 @@ class Postgres(Component):
         secret_name = f"{name}-credentials"
         encoded_database = base64.b64encode(self.database.encode()).decode()
         self.ready: list[pulumi.Resource] = []
+        self.policies: list[pulumi.Resource] = []
         self.endpoint = server_endpoint(name, settings)
 
         if settings.mode == "managed":
@@ -328,12 +331,12 @@ class Postgres(Component):
                 },
                 opts=self.child_opts(depends_on=[secret, headless]),
             )
-            k8s.networking.v1.NetworkPolicy(
+            self.policies.append(k8s.networking.v1.NetworkPolicy(
                 f"{name}-network-policy",
                 metadata=kb.metadata(name, args.namespace, "database"),
                 spec=same_namespace_only(name, [PORT]),
                 opts=child,
-            )
+            ))
             self.host = pulumi.Output.from_input(args.namespace).apply(lambda ns: kb.service_dns(name, ns))
             self.port = PORT
             self.ready += [secret, service, statefulset]
@@ -363,19 +366,21 @@ class Postgres(Component):
         databases = databases_to_create(args)
         if databases and (settings.mode == "managed" or settings.create_databases):
             host = settings.host if settings.mode == "external" else f"{name}"
+            egress = k8s.networking.v1.NetworkPolicy(
+                f"{name}-databases-network-policy",
+                metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
+                spec=client_egress_spec(f"{name}-databases", self.endpoint),
+                opts=child,
+            )
+            # A Job's pod created before the policies that admit it has its connection refused
+            # (default deny) and its first attempt fails: it waits for its egress and the server's ingress.
             job = k8s.batch.v1.Job(
                 f"{name}-databases",
                 metadata=kb.metadata(
                     f"{name}-databases", args.namespace, "database-setup", annotations=dict(REPLACE_UNREADY)
                 ),
                 spec=create_databases_job_spec(name, secret_name, host, self.port, image, databases),
-                opts=self.child_opts(depends_on=list(self.ready), delete_before_replace=True),
-            )
-            k8s.networking.v1.NetworkPolicy(
-                f"{name}-databases-network-policy",
-                metadata=kb.metadata(f"{name}-databases", args.namespace, "database-setup"),
-                spec=client_egress_spec(f"{name}-databases", self.endpoint),
-                opts=child,
+                opts=self.child_opts(depends_on=[*self.ready, *self.policies, egress], delete_before_replace=True),
             )
             self.ready.append(job)
 

@@ -707,6 +707,13 @@ class PostgresBackup(Component):
             return backup_cron_job_spec(resolved), restore_cron_job_spec(resolved)
 
         both = pulumi.Output.from_input(args.credentials_secret).apply(specs)
+        # Its pods start only once the policies admitting their connections exist (default deny).
+        needs.append(k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy",
+            metadata=kb.metadata(plan.backup_name, args.namespace, BACKUP_COMPONENT),
+            spec=egress_spec(plan, args.endpoint),
+            opts=child,
+        ))
         k8s.batch.v1.CronJob(
             f"{name}-cronjob",
             metadata=kb.metadata(plan.backup_name, args.namespace, BACKUP_COMPONENT),
@@ -718,12 +725,6 @@ class PostgresBackup(Component):
             metadata=kb.metadata(plan.restore_name, args.namespace, RESTORE_COMPONENT),
             spec=both.apply(lambda s: s[1]),
             opts=self.child_opts(depends_on=needs),
-        )
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-network-policy",
-            metadata=kb.metadata(plan.backup_name, args.namespace, BACKUP_COMPONENT),
-            spec=egress_spec(plan, args.endpoint),
-            opts=child,
         )
         self.backup_name = plan.backup_name
         self.restore_name = plan.restore_name
@@ -741,7 +742,8 @@ def backup_for(postgres: Postgres, settings: BackupSettings, namespace: pulumi.I
         PostgresBackupArgs(
             settings=settings, store=postgres.service_name, namespace=namespace, namespace_name=namespace_name,
             databases=tuple(postgres.databases),
-            credentials_secret=postgres.secret_name, endpoint=postgres.endpoint, depends_on=postgres.ready,
+            credentials_secret=postgres.secret_name, endpoint=postgres.endpoint,
+            depends_on=[*postgres.ready, *postgres.policies],
             image_mirror=image_mirror,
         ),
         opts,

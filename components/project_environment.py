@@ -270,7 +270,8 @@ class ProjectEnvironment(Component):
                     depends_on=[*args.depends_on, operator_binding],
                     image_mirror=args.image_mirror,
                 ),
-                child,
+                # Its Jobs and CronJobs wait for the namespace's allow-dns policy too (their first run resolves the store).
+                self.child_opts(depends_on=[namespace]),
             )
         self.store_name = store.store_name if store else None
         store_endpoint = store.endpoint if store else None
