@@ -27,13 +27,36 @@ def _render(args: argparse.Namespace) -> int:
     gc.disable()
     from infra import render
 
-    rendered = render.render(args.stack)
+    stack_file = None
+    if args.promoted_from and _never_promoted(args.stack):
+        # A stack before its first promotion (prod) refuses to render; show it as `promote
+        # --from <source>` would write it, from the source stack's own offline render. Once
+        # promoted, the stack file renders as it is.
+        import tempfile
+
+        from infra import promote
+
+        images = render.render(args.promoted_from).outputs[promote.IMAGES_OUTPUT]
+        text = promote.first_promotion_text(render.ROOT, images, args.promoted_from, args.stack)
+        with tempfile.TemporaryDirectory() as directory:
+            (Path(directory) / f"Pulumi.{args.stack}.yaml").write_text(text, encoding="utf-8")
+            stack_file = render.StackFile.read(args.stack, Path(directory))
+    rendered = render.render(args.stack, stack_file=stack_file)
     render.write(rendered, Path(args.out))
     print(
         f"rendered stack {args.stack}: {len(rendered.registrations)} resources, "
         f"{rendered.object_count()} Kubernetes objects -> {args.out}"
     )
     return 0
+
+
+def _never_promoted(stack: str) -> bool:
+    """No entity of Pulumi.<stack>.yaml has an image yet."""
+    from infra import promote, render, stack_file
+
+    name = f"Pulumi.{stack}.yaml"
+    parsed = stack_file.parse(stack_file.read_text(promote.stack_path(render.ROOT, stack)), name)
+    return all(slot.value is None for slot in parsed.slots.values())
 
 
 def port_forwards(config) -> list[str]:
@@ -186,6 +209,11 @@ def parser() -> argparse.ArgumentParser:
     render = commands.add_parser("render", help="render a stack's Kubernetes objects and resources offline")
     render.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     render.add_argument("--out", required=True, help="output directory")
+    render.add_argument(
+        "--promoted-from", metavar="SOURCE",
+        help="if the stack was never promoted, render it as `promote --from SOURCE` would first write it, with "
+        "SOURCE's offline-rendered images (the digests are the mocks'); a promoted stack renders as it is",
+    )
     render.set_defaults(run=_render)
 
     forwards = commands.add_parser(

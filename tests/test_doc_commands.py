@@ -51,7 +51,7 @@ CLASSIFIED = {
     "source scripts/env.sh": RUN,
     "python -m infra promote --from test --to prod --dry-run": RUN,
     "python -m infra promote --from test --to prod": RUN,
-    ".venv/bin/python -m infra render --stack prod --out rendered/prod": RUN,
+    ".venv/bin/python -m infra render --stack prod --out rendered/prod --promoted-from test": RUN,
     "python -m infra promote --from test --to prod --project shop": RUN,
     "python -m infra promote --from test --to prod --entity shop/cart --entity platform/project-state": RUN,
     "python -m infra rollback --stack prod --dry-run": RUN,
@@ -249,6 +249,11 @@ def test_documented_commands_run(session):
 
     session.run(".venv/bin/python -m infra render --stack test --out rendered/test")
     assert (repo / "rendered" / "test" / "manifests.yaml").is_file()
+    # Never promoted yet: reviewed as its first promotion would write it, the file untouched.
+    unpromoted = (repo / "Pulumi.prod.yaml").read_bytes()
+    session.run(".venv/bin/python -m infra render --stack prod --out rendered/prod --promoted-from test")
+    assert (repo / "rendered" / "prod" / "manifests.yaml").is_file()
+    assert (repo / "Pulumi.prod.yaml").read_bytes() == unpromoted
 
     done = session.run("source scripts/env.sh")  # no .pulumi-state/ in the copy: says so, sets nothing
     assert "scripts/env.sh: nothing to export" in done.stderr
@@ -261,7 +266,7 @@ def test_documented_commands_run(session):
     done = session.run("python -m infra promote --from test --to prod")
     assert f"promoted {len(keys)} image(s) in Pulumi.prod.yaml" in done.stdout and session.images() == v1
 
-    session.run(".venv/bin/python -m infra render --stack prod --out rendered/prod")  # prod renders once promoted
+    session.run(".venv/bin/python -m infra render --stack prod --out rendered/prod --promoted-from test")  # promoted: as it is
     assert (repo / "rendered" / "prod" / "manifests.yaml").is_file()
 
     v2 = place.deploy_test({key: "v2" for key in keys})  # test deploys new versions of everything
