@@ -5,7 +5,7 @@
 Starts Debian's docker-registry (auth on) in a temp dir, pushes N distinct images (one repository
 each, a random layer of --layer-kib) with skopeo, then for each size:
 
-- promote: `infra.promote.promote` on a generated Pulumi.prod.yaml with N entities (verify each
+- promote: `cloudstation_tools.promote.promote` on a generated Pulumi.prod.yaml with N entities (verify each
   digest, tag it `prod-<time>`, edit and write the file, append history); with --moving-tag also
   a moving tag (the opt-in `--moving-tag prod`: one more PUT per image);
 - skopeo:  `skopeo copy docker://<repo>@<digest> docker://<repo>:skopeo-prod` per image, the
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from infra import promote, registry_api  # noqa: E402
+from cloudstation_tools import promote, registry_api  # noqa: E402
 from registry_server import PASSWORD, USERNAME, CountingProxy, RegistryServer, build_oci_image  # noqa: E402
 
 NODE_HOST = "localhost:32000"

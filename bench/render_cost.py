@@ -13,17 +13,17 @@ start-up, every import, the output files and the interpreter's exit all count.
 - program: `python -m infra render --stack test --out DIR`, the command itself, in a scratch copy of
   the repository (infra/, components/, entities/, Pulumi*.yaml) whose Pulumi.test.yaml is the item.
 - bare: a bare Pulumi program with as many resources as the program registered (components
-  included): `import pulumi, pulumi_kubernetes`, the same mocks and monitor (infra.mocks
+  included): `import pulumi, pulumi_kubernetes`, the same mocks and monitor (cloudstation_tools.mocks
   ProgramMocks and RecordingMonitor, preview=False, one `@pulumi.runtime.test` run, as
-  infra/render.py runs the program), one explicit kubernetes Provider and ConfigMaps of one data key
+  cloudstation_tools/render.py runs the program), one explicit kubernetes Provider and ConfigMaps of one data key
   for the rest; no components, no config, Python's default garbage collection; its registrations
-  written by the same writer (infra/render_output.py, which loads neither the program nor its config).
+  written by the same writer (cloudstation_tools/render_output.py, which loads neither the program nor its config).
   The goal is program CPU <= 1.5 x bare CPU.
 
 Two diagnostics, to show where the rest goes:
 
 - bare-gc: the bare program with the command's GC policy (cyclic collector off for the whole
-  process: infra/cli.py, infra/program.py; heap frozen at exit: infra/__main__.py).
+  process: cloudstation_tools/cli.py, infra/program.py; heap frozen at exit: infra/__main__.py).
 - replay: the program's own registrations (its resources.json) registered again, flat, through
   Pulumi's generic resource classes (same types, names, parents, providers and inputs), with the
   command's GC policy: what Pulumi and the mocks cost for exactly these objects, without our code,
@@ -50,12 +50,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 KINDS = ["event-sourced", "replicated", "action"]
-COPIED = ("infra", "components", "entities")
+COPIED = ("infra", "cloudstation_tools", "components", "entities")
 
 
 def stack_file(entities: int | None):
     """Pulumi.test.yaml's config; with `entities`, one project of that many entities instead."""
-    from infra.render import StackFile
+    from cloudstation_tools.render import StackFile
 
     base = StackFile.read("test", ROOT)
     if entities is not None:
@@ -77,6 +77,8 @@ def project_copy(item: str, scratch: Path, source: Path = ROOT) -> Path:
 
     root = scratch / f"repo-{item}"
     for part in COPIED:
+        if not (source / part).is_dir():
+            continue  # a --program-from revision before cloudstation_tools/ existed (its CLI was in infra/)
         shutil.copytree(source / part, root / part, ignore=shutil.ignore_patterns("node_modules", ".cloudstation"))
     for path in source.glob("Pulumi*.yaml"):
         shutil.copy2(path, root / path.name)
@@ -91,11 +93,11 @@ def project_copy(item: str, scratch: Path, source: Path = ROOT) -> Path:
 
 
 def _under_mocks(program) -> list:
-    """Run `program()` once as infra/render.py runs the real one: fresh mocks and monitor, preview=False."""
+    """Run `program()` once as cloudstation_tools/render.py runs the real one: fresh mocks and monitor, preview=False."""
     import pulumi
     import pulumi.runtime.settings
 
-    from infra.mocks import ProgramMocks, RecordingMonitor
+    from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
 
     mocks = ProgramMocks()
     pulumi.runtime.settings.ROOT.set(None)
@@ -105,7 +107,7 @@ def _under_mocks(program) -> list:
 
 
 def _write(out: Path, registrations: list, mocks) -> None:
-    from infra import render_output
+    from cloudstation_tools import render_output
 
     render_output.write(out, "test", registrations, {}, mocks.made_up, mocks.reads)
 
@@ -189,7 +191,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.bare is not None or args.replay is not None:
         if args.gc_policy:
-            gc.disable()  # as infra/cli.py `_render` does, before anything of Pulumi is loaded
+            gc.disable()  # as cloudstation_tools/cli.py `_render` does, before anything of Pulumi is loaded
         if args.bare is not None:
             run_bare(args.bare, Path(args.out))
         else:

@@ -19,7 +19,7 @@ if pulumi.runtime.settings.get_monitor() is not None:
 elif __name__ == "__main__":
     import gc
 
-    from infra.cli import main as cli
+    from cloudstation_tools.cli import main as cli
 
     status = cli()
     # Exiting: everything still allocated lives until now, and the interpreter's final collections

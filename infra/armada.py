@@ -37,7 +37,7 @@ from infra import monitoring
 from infra.versions import image
 
 if TYPE_CHECKING:
-    from infra.program import StackContext
+    from infra.context import StackContext
 
 
 def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:

@@ -18,7 +18,7 @@ from infra import cluster_sharing, delivery, monitoring
 from infra.cluster_sharing import project_namespace, project_state_namespace, watched_namespaces  # noqa: F401
 
 if TYPE_CHECKING:
-    from infra.program import StackContext
+    from infra.context import StackContext
 
 
 def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:

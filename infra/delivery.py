@@ -28,7 +28,7 @@ from infra import versions
 from infra.config import PROJECT, EntityConfig, Environment, StackConfig
 
 if TYPE_CHECKING:
-    from infra.program import StackContext
+    from infra.context import StackContext
 
 PULL_SECRET_NAME = "cloudstation-registry"
 REGISTRY_NAME = "registry"

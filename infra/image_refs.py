@@ -1,7 +1,7 @@
 """Digest-pinned image references: the one pattern every part of the repository checks them with.
 
-Config validation (infra/config.py), promotion (infra/promote.py, infra/registry_api.py,
-infra/stack_file.py) and the policy pack import from here. Standard library only, so any of them
+Config validation (infra/config.py), promotion (cloudstation_tools/promote.py, cloudstation_tools/registry_api.py,
+cloudstation_tools/stack_file.py) and the policy pack import from here. Standard library only, so any of them
 can import it without the program's dependencies.
 
 A reference is matched whole and in ASCII only: `re.match` with `$` would accept a trailing

@@ -30,7 +30,7 @@ from infra.delivery import REGISTRY_NAME
 from infra.versions import image
 
 if TYPE_CHECKING:
-    from infra.program import StackContext
+    from infra.context import StackContext
 
 PROXY_CONTAINER = "akka-sidecar"
 PROXY_METRICS_PORT = ("metrics", 9090)

@@ -6,7 +6,6 @@ outputs it contributes. Nothing is registered before the whole config has been v
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
@@ -15,31 +14,7 @@ from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys
 
 from infra import config as stack_config
 from infra.engine_paths import from_program
-
-ROOT = Path(__file__).resolve().parent.parent
-"""The directory of Pulumi.yaml; paths in stack config (entity sources, renderYamlToDirectory)
-are relative to it."""
-
-
-@dataclass(frozen=True)
-class StackContext:
-    """What every area needs: the validated config, the stack name and the Kubernetes provider."""
-
-    config: stack_config.StackConfig
-    stack: str
-    provider: k8s.Provider
-    root: Path = ROOT
-    cwd: Path = field(default_factory=Path.cwd)
-    """The program's working directory, which the engine also starts every provider in
-    (Pulumi.yaml `main`: infra/): path inputs are relative to it (infra/engine_paths.py)."""
-
-    def path(self, from_root: str | Path) -> str:
-        """A path of the stack config (relative to root) as a provider input (relative to cwd)."""
-        return from_program(from_root, self.root, self.cwd)
-
-    @property
-    def opts(self) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(provider=self.provider)
+from infra.context import ROOT, StackContext  # noqa: F401  (re-exported: callers name them here)
 
 
 def read_config() -> stack_config.StackConfig:
@@ -82,7 +57,7 @@ def main() -> None:
     # Registering a stack is a short batch whose objects (resources, their Outputs, futures and
     # tasks) nearly all live until it ends: the cyclic collector's repeated passes over that growing
     # heap took ~40% of a 500-entity stack's run and freed little (bench/render_cost.py). The
-    # process ends with the deployment; infra/render.py, which runs the program inside a longer
+    # process ends with the deployment; cloudstation_tools/render.py, which runs the program inside a longer
     # one, turns the collector back on afterwards.
     gc.disable()
     cwd = Path.cwd()

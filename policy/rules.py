@@ -1,6 +1,6 @@
 """The CloudStation policy pack's rules (CrossGuard, `pulumi_policy`).
 
-Each rule applies a pure check of infra/checks.py (the same checks tests/test_standards.py runs on
+Each rule applies a pure check of cloudstation_tools/checks.py (the same checks tests/test_standards.py runs on
 the rendered graph) to the engine's view of the resources: `props` are the camelCase inputs, wrapped
 in a proxy that raises UnknownValueError on values not known during preview. `plain()` turns them
 into ordinary dicts with unknowns marked, so a rule skips only what it cannot see yet; `pulumi up`
@@ -47,7 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from infra import checks, versions  # noqa: E402  (the repo root is on the path only from here on)
+from infra import versions
+from cloudstation_tools import checks  # noqa: E402  (the repo root is on the path only from here on)
 
 PROJECT = "cloudstation"
 """The Pulumi project (Pulumi.yaml), the namespace of the program's config keys."""
@@ -408,7 +409,7 @@ container_resources = ResourceValidationPolicy(
 
 health_probes = ResourceValidationPolicy(
     name="health-probes",
-    description="Long-running containers of images with a health endpoint (infra/checks.py HEALTH_ENDPOINTS: the "
+    description="Long-running containers of images with a health endpoint (cloudstation_tools/checks.py HEALTH_ENDPOINTS: the "
                 "registry's /debug/health, /health of Armada's server, scheduler, executor, lookout and binoculars, /metrics of its ingesters; "
                 "PostgreSQL, Redis, Pulsar and Cassandra by command, port or HTTP) have a readiness probe on it and "
                 "a liveness probe. Jobs, CronJobs and images without one (the CloudState operator) are exempt.",

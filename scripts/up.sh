@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and deploy a stack (`pulumi up`; STACK defaults to test) with a local state
 # backend (no Pulumi Cloud account). Before any slow work it checks, all at once, everything the
-# deployment needs (`python -m infra preflight`, infra/preflight.py): the stack file, the Pulumi
+# deployment needs (`python -m infra preflight`, cloudstation_tools/preflight.py): the stack file, the Pulumi
 # CLI, kubectl, the cluster of the stack's kube context (reachable, Kubernetes 1.33 to 1.37,
 # kube-proxy mode) and, when the stack builds entity images, the Docker engine; each problem is
 # printed with its fix and nothing is deployed.
@@ -38,7 +38,7 @@ kubectl=(kubectl --context "$context")
 
 # Local state backend `.pulumi-state/` and a generated passphrase for the stack's secrets, unless
 # PULUMI_BACKEND_URL is set: the rule `python -m infra ...` and scripts/env.sh also follow.
-eval "$(.venv/bin/python -m infra.local_backend --create)"
+eval "$(.venv/bin/python -m cloudstation_tools.local_backend --create)"
 pulumi stack select --create "$stack" --non-interactive
 
 # `pulumi up` pushes entity images to the in-cluster registry and manages Armada queues through

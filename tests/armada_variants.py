@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from infra import config as stack_config
-from infra import render
+from cloudstation_tools import render
 from tests import promoted
 
 ROOT = Path(__file__).resolve().parent.parent

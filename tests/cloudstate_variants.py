@@ -6,7 +6,7 @@ import functools
 import json
 from typing import Callable
 
-from infra import render
+from cloudstation_tools import render
 from tests import promoted
 
 
@@ -73,7 +73,7 @@ def variant(name: str) -> render.Rendered:
 
 def validation_problems(rendered: render.Rendered, extra_crds=()) -> list[str]:
     """Schema problems of every object (Secrets with their keys, see `manifests`)."""
-    from infra.validate import SUPPORTED_VERSIONS, validate_all
+    from cloudstation_tools.validate import SUPPORTED_VERSIONS, validate_all
 
     # The oldest and newest supported versions (every one is checked on the stack files).
     versions = [SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1]]
@@ -84,8 +84,8 @@ def manifests(registrations) -> list[dict]:
     """The Kubernetes objects as `Rendered.manifests()` shows them, except that a Secret's
     `stringData`/`data` (pulumi-kubernetes makes each secret as a whole) keeps its keys, with
     every value redacted; so schema checks see an object and tests see which keys exist."""
-    from infra.mocks import is_wrapped_secret
-    from infra.render import SECRET, apply_order, canonical, clean
+    from cloudstation_tools.mocks import is_wrapped_secret
+    from cloudstation_tools.render import SECRET, apply_order, canonical, clean
 
     result = []
     for registration in registrations:

@@ -15,11 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra import checks  # noqa: E402
-from infra import render as render_module  # noqa: E402
-from infra.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
+from cloudstation_tools import checks  # noqa: E402
+from cloudstation_tools import render as render_module  # noqa: E402
+from cloudstation_tools.checks import pod_spec  # noqa: E402,F401  (re-exported for the tests)
 from infra.config import PROJECT  # noqa: E402
-from infra.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
+from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor  # noqa: E402
 from tests import armada_variants, promoted  # noqa: E402
 from tests.registry_server import registry  # noqa: E402,F401  (a fixture, shared by the registry tests)
 

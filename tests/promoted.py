@@ -3,7 +3,7 @@
 The repository's Pulumi.prod.yaml has no `image:` lines until a promotion writes them, and refuses
 to render before that (tests/test_stack_file_errors.py). The tests render prod the way a user
 gets there: render the test stack, take its `images` output, and apply it to Pulumi.prod.yaml with
-the promotion's own code (infra/promote.py `first_promotion_text`: `select`, then infra/stack_file.py `apply`
+the promotion's own code (cloudstation_tools/promote.py `first_promotion_text`: `select`, then cloudstation_tools/stack_file.py `apply`
 and `validate`), i.e. what `python -m infra promote --from test --to prod` writes, without the
 registry calls. Everything is computed once per session.
 """
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from infra import config as stack_config
-from infra import promote, render
+from cloudstation_tools import promote, render
 
 ROOT = Path(__file__).resolve().parent.parent
 PROD = "prod"

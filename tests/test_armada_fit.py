@@ -15,7 +15,7 @@ import re
 import pytest
 
 from components.pulsar import JVM_OVERHEAD_MIB, mebibytes
-from infra import checks
+from cloudstation_tools import checks
 from tests.armada_variants import config_of
 from tests.conftest import objects
 

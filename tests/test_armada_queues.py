@@ -18,7 +18,7 @@ from components.armada.queue import (
 )
 from components.armada.queue_api import QueueApiError, QueueClient, QueueExists
 from infra import config as stack_config
-from infra.mocks import is_wrapped_secret
+from cloudstation_tools.mocks import is_wrapped_secret
 from tests.armada_variants import config_of
 from tests.conftest import ROOT
 from tests.fake_armada import FakeArmada

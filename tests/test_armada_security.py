@@ -23,7 +23,7 @@ from components.armada.cluster import (
 from components.armada.config import SERVER, SCHEDULER, executor_name
 from components.armada.settings import ArmadaConfig
 from infra import config as stack_config
-from infra import validate
+from cloudstation_tools import validate
 from tests.armada_variants import config_of
 from tests.conftest import find, objects, pod_spec
 from tests.test_armada_config import load, minimal_stack, recorded

@@ -13,8 +13,8 @@ from components.armada.auth import AUTH_PATH
 from components.armada.config import CONFIG_FILE, CONFIG_PATH, key_paths
 from components.armada.service import checksum
 from components import network
-from infra import checks, validate
-from infra.render import StackFile, render
+from cloudstation_tools import checks, validate
+from cloudstation_tools.render import StackFile, render
 from infra.versions import ARMADA, IMAGES, tag_of
 from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
 from tests.conftest import find, objects, pod_spec, standard_violations

@@ -21,7 +21,7 @@ from components.armada.auth import SCHEDULER_USER, scheduler_auth_file
 from components.armada.config import CONFIG_FILE, env_overrides_existing_key
 from components.armada.settings import ArmadaConfig
 from components.project_environment import SERVICE_LABEL
-from infra import checks, engine, render, validate
+from cloudstation_tools import checks, engine, render, validate
 from infra import config as stack_config
 from policy import rules
 from tests import armada_variants, cloudstate_variants, test_standards
@@ -224,7 +224,7 @@ def test_scaling_out_awaits_and_updates_in_place(rendered_stacks):
 
 
 def test_a_budget_changes_in_place():
-    # pulumi-kubernetes replaces only policy/v1beta1 budgets on a spec change (infra/engine.py FORCE_NEW).
+    # pulumi-kubernetes replaces only policy/v1beta1 budgets on a spec change (cloudstation_tools/engine.py FORCE_NEW).
     graph = engine.Graph(replicated().resources())
     [budget, *_] = [o for o in graph.objects if o.kind == "PodDisruptionBudget"]
     changed = engine.Resource(budget.urn, budget.type, budget.name, True, budget.depends_on, budget.options,

@@ -35,9 +35,10 @@ import requests
 
 from components import network
 from components import postgres_backup as backup
-from infra import checks, engine, render, versions
+from infra import versions
+from cloudstation_tools import checks, engine, render
 from infra.config import ConfigError, load
-from infra.mocks import is_wrapped_secret
+from cloudstation_tools.mocks import is_wrapped_secret
 from tests import cloudstate_variants, promoted
 from tests.cloudstate_variants import edited
 from tests.conftest import objects, pod_spec, standard_violations

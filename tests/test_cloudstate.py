@@ -8,7 +8,8 @@ import yaml
 
 from components import cloudstate_crds as crds
 from components import cloudstate_operator as operator
-from infra import checks, validate, versions
+from infra import versions
+from cloudstation_tools import checks, validate
 from infra.cloudstation import project_namespace, project_state_namespace
 from infra.config import ConfigError, StackConfig, load
 from tests.promoted import validate_config  # prod as its first promotion writes it
@@ -422,8 +423,9 @@ def with_project(projects: list, name: str) -> list:
 
 
 def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource():
-    from infra import program, render
-    from infra.mocks import ProgramMocks, RecordingMonitor
+    from infra import program
+    from cloudstation_tools import render
+    from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
     import pulumi
     import pulumi.runtime.settings
 

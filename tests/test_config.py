@@ -8,7 +8,7 @@ import pulumi
 import pytest
 
 from infra import config
-from infra.render import ROOT, StackFile
+from cloudstation_tools.render import ROOT, StackFile
 from tests import promoted
 
 # In the stack's registry (the default managed one) at the entity's repository (infra/image_refs.py).

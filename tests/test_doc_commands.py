@@ -6,12 +6,12 @@ until it is classified; a classified command gone from the docs fails it too.
 
 The runnable ones run in one copy of the repository (tests/test_up_script.py's Sandbox: its own
 PATH, fake kubectl), in the docs' order: render test, promote (dry run, all, one project, named
-entities) against a throwaway local registry and a file:// state backend (infra/try_promotion.py's
+entities) against a throwaway local registry and a file:// state backend (cloudstation_tools/try_promotion.py's
 playground), render prod once it is promoted, roll back (dry run, latest, to promotion 1), preflight
 and port-forwards with the fake kubectl, `source scripts/env.sh`, and `python -m infra try-promotion`.
 The teardown guide's offline blocks run in tests/test_workflow_docs.py (checked here).
 
-Also: the command line's own refusals (infra/cli.py) name a remedy that works, and the config
+Also: the command line's own refusals (cloudstation_tools/cli.py) name a remedy that works, and the config
 reference describes every key."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from infra import config_reference, promote, stack_file, try_promotion
+from cloudstation_tools import config_reference, promote, stack_file, try_promotion
 from tests.conftest import ROOT
 from tests.test_up_script import BASH, Sandbox
 from tests.test_workflow_docs import bash_blocks
@@ -335,7 +335,7 @@ def test_no_kube_context_names_its_fix(session):
 
 
 def test_a_stale_config_reference_names_its_fix(tmp_path, capsys):
-    from infra import cli
+    from cloudstation_tools import cli
 
     out = tmp_path / "reference.md"
     out.write_text("old", encoding="utf-8")

@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field
 
 from components.model import ConfigModel, DnsLabel
-from infra import cli, config_reference
+from cloudstation_tools import cli, config_reference
 from infra.config import SECRET_KEYS, StackConfig, load
 from tests.armada_variants import images_in_stack_registry
 from tests import promoted
@@ -405,9 +405,9 @@ _K8S_FLOOR = re.compile(r"(?<![\w.:/-])(1\.\d\d)\+")
 
 
 def test_docs_state_the_supported_kubernetes_versions():
-    """Every Kubernetes version range README.md and docs/ state is infra/validate.py's
+    """Every Kubernetes version range README.md and docs/ state is cloudstation_tools/validate.py's
     SUPPORTED_VERSIONS, the versions every object is validated against; README states it."""
-    from infra.validate import SUPPORTED_VERSIONS
+    from cloudstation_tools.validate import SUPPORTED_VERSIONS
 
     supported = (SUPPORTED_VERSIONS[0], SUPPORTED_VERSIONS[-1])
     stated: dict[str, list[tuple[str, ...]]] = {}

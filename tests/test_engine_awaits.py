@@ -1,5 +1,5 @@
 """What pulumi-kubernetes 4.34.2 waits for after each create and update, which mocks skip
-(infra/engine.py): every awaited object can become ready from the objects in the Pulumi graph
+(cloudstation_tools/engine.py): every awaited object can become ready from the objects in the Pulumi graph
 alone, objects skip the await only where the graph cannot make them ready, and every Job is
 replaced, not re-awaited, when it is not ready. Run on both stack files and on prod with a cluster
 (and Armada) of its own."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pulumi_kubernetes
 import pytest
 
-from infra import engine
+from cloudstation_tools import engine
 from tests import armada_variants
 from tests.conftest import ROOT
 

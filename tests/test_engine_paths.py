@@ -16,10 +16,11 @@ import pytest
 import yaml
 
 from infra import config as stack_config
-from infra import engine_paths, render
+from infra import engine_paths
+from cloudstation_tools import render
 from infra.engine_paths import PATH_INPUTS, from_program, path_values, problems, program_dir, program_entry
 from infra.program import provider_args
-from infra.render import ROOT, StackFile
+from cloudstation_tools.render import ROOT, StackFile
 from tests import armada_variants
 
 PROGRAM_DIR = program_dir(ROOT)
@@ -186,7 +187,7 @@ def test_kubeconfig_is_checked_only_when_it_is_a_path_the_program_chose():
 
 
 def test_secret_wrapped_and_list_path_inputs_are_checked():
-    from infra.mocks import as_secret
+    from cloudstation_tools.mocks import as_secret
 
     group = resource("kubernetes:yaml/v2:ConfigGroup", {"files": ["../Pulumi.yaml", "Pulumi.yaml"]})
     wrapped = resource("docker-build:index:Image", as_secret({"context": {"location": "entities"}}))

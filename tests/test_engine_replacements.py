@@ -1,4 +1,4 @@
-"""What a version bump does on `pulumi up`, which mocks skip (infra/engine.py): each pin of
+"""What a version bump does on `pulumi up`, which mocks skip (cloudstation_tools/engine.py): each pin of
 infra/versions.py is changed in turn, the stack rendered again and compared with the current render
 URN by URN, as the engine diffs state. No change may update an immutable field in place (the API
 server rejects it and the up fails half-way), and a replacement under an unchanged name must
@@ -13,7 +13,8 @@ import re
 import pytest
 
 from components.entity_image import GENERATED_LANGUAGES, generated_dockerfile
-from infra import delivery, engine, render, versions
+from infra import delivery, versions
+from cloudstation_tools import engine, render
 from tests import armada_variants, promoted
 
 STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]

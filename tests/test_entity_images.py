@@ -21,11 +21,12 @@ from components.entity_image import (
     pull_ref,
 )
 from infra import config as stack_config
-from infra import delivery, render, versions
+from infra import delivery, versions
+from cloudstation_tools import render
 from infra.config import DIGEST_REF
 from infra.engine_paths import program_dir
-from infra.mocks import is_wrapped_secret
-from infra.render import ROOT
+from cloudstation_tools.mocks import is_wrapped_secret
+from cloudstation_tools.render import ROOT
 from tests import promoted
 
 DOCKER_IMAGE = "docker:index/image:Image"

@@ -16,7 +16,8 @@ import yaml
 
 from components import cloudstate_operator as operator
 from components import registry as registry_component
-from infra import checks, cli, pin_images, render, versions
+from infra import versions
+from cloudstation_tools import checks, cli, pin_images, render
 from tests.conftest import ROOT, STACKS, find, objects, pod_spec
 from tests.registry_server import build_oci_image
 

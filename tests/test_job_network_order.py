@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.mocks import Registration
+from cloudstation_tools.mocks import Registration
 from tests import armada_variants, cloudstate_variants
 
 WORKLOADS = ("kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob")

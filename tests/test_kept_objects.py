@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import engine, mocks, render
+from cloudstation_tools import engine, mocks, render
 from tests import promoted
 from tests.test_engine_replacements import _changed, _object
 

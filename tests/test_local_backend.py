@@ -1,5 +1,5 @@
 """After `scripts/up.sh`, the project's own commands find the backend and passphrase it deployed with
-(infra/local_backend.py): `python -m infra promote` reads the test stack's outputs there, through the
+(cloudstation_tools/local_backend.py): `python -m infra promote` reads the test stack's outputs there, through the
 Pulumi CLI (which needs the passphrase: a passphrase stack's outputs are decrypted with it, pulumi/pulumi
 pkg/resource/stack/deployment.go `DeserializeStackOutputs`) or from the checkpoint; `source
 scripts/env.sh` gives plain `pulumi` commands the same two variables; a backend or passphrase the
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from infra import cli, local_backend, promote, state_backend
+from cloudstation_tools import cli, local_backend, promote, state_backend
 from tests.conftest import ROOT
 
 VARIABLES = ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE")
@@ -146,10 +146,11 @@ def test_promote_gives_the_pulumi_cli_the_backend_and_passphrase(project, clean_
 
 
 def test_env_sh_exports_both_for_plain_pulumi_commands(project, tmp_path_factory):
-    # env.sh in a project after up.sh: its own copy of the script and infra/, and a .venv.
+    # env.sh in a project after up.sh: its own copy of the script, infra/ and cloudstation_tools/, and a .venv.
     (project / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "env.sh", project / "scripts" / "env.sh")
-    shutil.copytree(ROOT / "infra", project / "infra", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("infra", "cloudstation_tools"):
+        shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("__pycache__"))
     venv = project / ".venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
@@ -174,7 +175,7 @@ def test_env_sh_exports_both_for_plain_pulumi_commands(project, tmp_path_factory
 
 def test_python_module_prints_exports_for_eval(project):
     done = subprocess.run(
-        [sys.executable, "-m", "infra.local_backend", "--root", str(project)], cwd=ROOT, capture_output=True,
+        [sys.executable, "-m", "cloudstation_tools.local_backend", "--root", str(project)], cwd=ROOT, capture_output=True,
         text=True, env={k: v for k, v in os.environ.items() if k not in VARIABLES}, timeout=60,
     )
     state = (project / ".pulumi-state").resolve()

@@ -21,7 +21,8 @@ import yaml
 from components import exporters, monitoring, network
 from components.monitoring import METRICS, MonitoringConfig, known_metric
 from components.project_environment import SERVICE_LABEL
-from infra import checks, config as stack_config, render, validate
+from infra import config as stack_config
+from cloudstation_tools import checks, render, validate
 from tests import cloudstate_variants
 from tests.armada_variants import OWN_CLUSTER, variant
 from tests.conftest import ROOT, objects, spec_violations

@@ -24,8 +24,8 @@ import pytest
 from components import network
 from components.project_environment import MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL
 from infra import config as stack_config
-from infra import render
-from infra.checks import pod_spec, selects
+from cloudstation_tools import render
+from cloudstation_tools.checks import pod_spec, selects
 from tests import cloudstate_variants
 from tests.armada_variants import OWN_CLUSTER, config_of, variant
 from tests.conftest import objects

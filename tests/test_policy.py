@@ -28,8 +28,9 @@ from pulumi_policy import (
 from pulumi_policy.policy import _NotApplicableError, _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from infra import checks, config as stack_config, render, versions
-from infra.mocks import is_wrapped_secret
+from infra import config as stack_config, versions
+from cloudstation_tools import checks, render
+from cloudstation_tools.mocks import is_wrapped_secret
 from policy import rules
 from tests import armada_variants
 from tests.conftest import ROOT

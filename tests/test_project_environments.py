@@ -9,7 +9,7 @@ from components.project_environment import (
     SERVICE_ACCOUNT, TOKEN_PATH, USER_PORT, EntityService, namespace_args, replicas_hpa_spec, stateful_service_spec,
     store_key,
 )
-from infra import checks
+from cloudstation_tools import checks
 from infra.config import DIGEST_REF, ConfigError, load
 from infra.delivery import PULL_SECRET_NAME
 from tests.promoted import validate_config  # prod as its first promotion writes it

@@ -24,10 +24,10 @@ import yaml
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from infra import cli, promote, registry_api, stack_file, state_backend
+from cloudstation_tools import cli, promote, registry_api, stack_file, state_backend
 from infra.image_refs import entity_repository
-from infra.limits import Deadline
-from infra.promote import PromotionRefused
+from cloudstation_tools.limits import Deadline
+from cloudstation_tools.promote import PromotionRefused
 from tests.conftest import ROOT
 from tests.registry_server import (
     PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
@@ -591,7 +591,7 @@ KILL_AT_RENAME = """\
 import json, os, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from infra import promote
+from cloudstation_tools import promote
 real_replace = os.replace
 def replace(source, target):
     if Path(target).name == "Pulumi.prod.yaml":
@@ -1178,7 +1178,7 @@ def test_rollback_to_images_gone_from_the_registry(env, root, pushed, capsys, tm
 
 
 REMEDY_TESTS = {
-    # function in infra/promote.py -> (how many PromotionRefused it raises, the tests that run their remedies)
+    # function in cloudstation_tools/promote.py -> (how many PromotionRefused it raises, the tests that run their remedies)
     "_read_history": (1, ["test_a_bad_history_is_refused_before_anything_happens",
                           "test_a_bad_line_amid_the_history_is_removed_as_told"]),
     "_settle": (1, ["test_a_record_lost_while_the_file_was_written_is_given_back"]),
@@ -1201,7 +1201,7 @@ REMEDY_TESTS = {
                      "test_rollback_refuses_when_the_file_changed_since",
                      "test_rollback_replays_only_previous_references_of_this_stacks_registry"]),
 }
-"""Every refusal in infra/promote.py, by function, and the tests that follow its remedy. A new
+"""Every refusal in cloudstation_tools/promote.py, by function, and the tests that follow its remedy. A new
 `PromotionRefused` fails test_every_refusal_has_a_test_of_its_remedy until it is listed here with
 a test that runs its remedy."""
 
@@ -1209,7 +1209,7 @@ a test that runs its remedy."""
 def test_every_refusal_has_a_test_of_its_remedy():
     import ast
 
-    tree = ast.parse((ROOT / "infra" / "promote.py").read_text())
+    tree = ast.parse((ROOT / "cloudstation_tools" / "promote.py").read_text())
     raised: dict[str, int] = {}
     for function in ast.walk(tree):
         if isinstance(function, ast.FunctionDef):

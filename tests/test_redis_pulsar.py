@@ -8,8 +8,8 @@ from components import pulsar as pulsar_module
 from components import redis as redis_module
 from components.pulsar import Pulsar, PulsarArgs, PulsarSettings
 from components.redis import Redis, RedisArgs, RedisSettings
-from infra import validate
-from infra.render import Rendered
+from cloudstation_tools import validate
+from cloudstation_tools.render import Rendered
 from infra.versions import IMAGES
 from tests.armada_variants import config_of
 from tests.conftest import container, run_mocked, standard_violations

@@ -14,11 +14,12 @@ import yaml
 
 from components import registry as reg
 from components.namespace import Namespace, NamespaceArgs
-from infra import checks, delivery, render, validate, versions
+from infra import delivery, versions
+from cloudstation_tools import checks, render, validate
 from infra import config as stack_config
-from infra.mocks import is_wrapped_secret
-from infra.program import StackContext
-from infra.render import ROOT
+from cloudstation_tools.mocks import is_wrapped_secret
+from infra.context import StackContext
+from cloudstation_tools.render import ROOT
 from tests import promoted
 from tests.conftest import find, objects, pod_spec, spec_violations
 
@@ -269,7 +270,7 @@ def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(mocked):
     access = access_for(promoted.read("prod"), seen)
     auths = seen["dockerconfigjson"]["auths"]
     assert list(auths) == ["localhost:32000"]
-    # The fake existing Secret `cloudstation/registry-auth` of infra/mocks.py
+    # The fake existing Secret `cloudstation/registry-auth` of cloudstation_tools/mocks.py
     assert auths["localhost:32000"]["username"] == "username-of-cloudstation/registry-auth"
     assert auths["localhost:32000"]["password"] == "password-of-cloudstation/registry-auth"
     assert pull_secret_config(mocked) == seen["dockerconfigjson"]

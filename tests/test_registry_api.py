@@ -1,4 +1,4 @@
-"""infra/registry_api.py against a real registry (docker-registry with auth), a bearer-token front
+"""cloudstation_tools/registry_api.py against a real registry (docker-registry with auth), a bearer-token front
 for it, and moto's ECR."""
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import requests
 from moto import mock_aws
 
 from infra import config as stack_config
-from infra import image_refs, registry_api
-from infra.limits import MAX_MANIFEST_BYTES, Deadline
-from infra.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
+from infra import image_refs
+from cloudstation_tools import registry_api
+from cloudstation_tools.limits import MAX_MANIFEST_BYTES, Deadline
+from cloudstation_tools.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
 from tests.registry_server import PASSWORD, USERNAME, ScriptedServer, build_oci_image, ecr_manifest
 
 LAYER_BYTES = 1 << 20

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from infra import render, render_output
-from infra.mocks import MOCK_DIGEST_PREFIX, ProgramMocks, fake_digest
-from infra.render import ROOT, KIND_ORDER, StackFile
+from cloudstation_tools import render, render_output
+from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, ProgramMocks, fake_digest
+from cloudstation_tools.render import ROOT, KIND_ORDER, StackFile
 from tests import promoted
 from tests.armada_variants import OWN_CLUSTER, stack_file
 
@@ -115,7 +115,7 @@ def test_render_yaml_to_directory_and_context_reach_the_provider():
 
 def test_bad_config_exits_non_zero_with_the_message_and_writes_nothing(tmp_path):
     project = tmp_path / "project"
-    for part in ("infra", "components", "entities"):
+    for part in ("infra", "cloudstation_tools", "components", "entities"):
         shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
     shutil.copy(ROOT / "Pulumi.yaml", project)
     document = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())
@@ -146,7 +146,7 @@ def test_project_file_names_the_program_and_the_config_namespace():
 
 
 def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
-    from infra.cli import port_forwards
+    from cloudstation_tools.cli import port_forwards
 
     assert port_forwards(render.validate_config("test")) == [
         "cloudstation registry 32000:5000",
@@ -358,7 +358,7 @@ _LOADED_BY_RENDER = """
 import json, sys
 before = set(sys.modules)
 sys.path.insert(0, sys.argv[1])
-from infra import cli, render  # what `python -m infra render` imports first
+from cloudstation_tools import cli, render  # what `python -m infra render` imports first
 stack = json.loads(sys.stdin.read())
 render.render(stack["name"], stack_file=render.StackFile(stack["values"], stack["secret_keys"]))
 print(json.dumps(sorted({name.split(".")[0] for name in set(sys.modules) - before})))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from infra import cli, render
+from cloudstation_tools import cli, render
 from tests import promoted
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""infra/stack_file.py: exact image edits of a stack file, validation and the atomic write."""
+"""cloudstation_tools/stack_file.py: exact image edits of a stack file, validation and the atomic write."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from infra import config as stack_config
-from infra import stack_file
-from infra.stack_file import StackFileError
+from cloudstation_tools import stack_file
+from cloudstation_tools.stack_file import StackFileError
 from tests import promoted
 from tests.conftest import ROOT
 
@@ -182,7 +182,7 @@ def test_process_killed_between_write_and_rename_leaves_the_original(tmp_path):
     path.write_bytes(SAMPLE.encode())
     script = (
         "import os, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
-        "from infra import stack_file\n"
+        "from cloudstation_tools import stack_file\n"
         "os.replace = lambda *a: os._exit(9)\n"
         "p = Path(sys.argv[2]); t = stack_file.read_text(p)\n"
         "stack_file.write_atomic(p, stack_file.edit(t, {'shop/cart': sys.argv[3]}))\n"

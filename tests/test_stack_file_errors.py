@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from infra import config as stack_config
-from infra import program, render, stack_yaml
-from infra import stack_file as stack_file_edits
+from infra import program, stack_yaml
+from cloudstation_tools import render
+from cloudstation_tools import stack_file as stack_file_edits
 from infra.config import ConfigError
-from infra.mocks import ProgramMocks, RecordingMonitor
+from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
 from tests import promoted
 from tests.conftest import ROOT
 
@@ -129,7 +130,7 @@ def program_copy(tmp_path_factory) -> Path:
     """The program in a directory of its own (stack files there are the cases')."""
     copy = tmp_path_factory.mktemp("repo")
     ignore = shutil.ignore_patterns("__pycache__", "node_modules")
-    for part in ("infra", "components", "entities"):
+    for part in ("infra", "cloudstation_tools", "components", "entities"):
         shutil.copytree(ROOT / part, copy / part, ignore=ignore)
     for name in ("Pulumi.yaml", "Pulumi.test.yaml"):
         shutil.copy(ROOT / name, copy / name)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra import checks, validate
+from cloudstation_tools import checks, validate
 from tests.conftest import objects
 
 CHECKS = [

@@ -15,7 +15,8 @@ from components import postgres as postgres_module
 from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
 from components.cloudstate_store import stateful_store_spec
 from components.postgres import Postgres, PostgresArgs, PostgresSettings, SecretRef
-from infra import validate, versions
+from infra import versions
+from cloudstation_tools import validate
 from infra.config import ConfigError, load
 from tests import promoted
 from tests.cloudstate_variants import build, edited, manifests, validation_problems, variant

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import preflight
-from infra.cli import port_forwards
-from infra.render import validate_config
-from infra.validate import SUPPORTED_VERSIONS
+from cloudstation_tools import preflight
+from cloudstation_tools.cli import port_forwards
+from cloudstation_tools.render import validate_config
+from cloudstation_tools.validate import SUPPORTED_VERSIONS
 from tests import promoted
 from tests.conftest import ROOT
 

@@ -2,7 +2,7 @@
 the docs say, passes the same checks.
 
 The tests derive what they expect from the stack files and entities/ of the directory they sit in
-(tests/conftest.py, tests/promoted.py and infra/render.py all locate the repository from their own
+(tests/conftest.py, tests/promoted.py and cloudstation_tools/render.py all locate the repository from their own
 path). So this test does what a user does: it copies the repository (what a clone holds, without
 .git, virtualenvs and generated files), then
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import cli
+from cloudstation_tools import cli
 from tests import promoted
 from tests.conftest import ROOT
 from tests.test_up_script import BASH, Sandbox

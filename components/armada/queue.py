@@ -22,7 +22,9 @@ from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 
 if TYPE_CHECKING:
-    from infra.config import StackConfig
+    # The stack config (infra/config.py StackConfig), named only as a type: components import
+    # nothing from the program (tests/test_layout.py).
+    StackConfig = Any
 
 PROJECT_QUEUE_SUFFIX = "-builds"
 QUEUE_API_PASSWORD_KEY = "armadaQueueApiPassword"

@@ -142,7 +142,7 @@ class ArmadaService(Component):
             # Nothing awaits it, and a change updates it in place: pulumi-kubernetes v4.34.2 has no
             # awaiter for policy/v1 PodDisruptionBudget (provider/pkg/await/awaiters.go) and forces
             # a replacement only for policy/v1beta1's spec (provider/pkg/provider/diff.go forceNew;
-            # infra/engine.py FORCE_NEW).
+            # cloudstation_tools/engine.py FORCE_NEW).
             k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", **budget, opts=child)
 
         if spec.service:

@@ -1,13 +1,13 @@
 """The project's local state backend: `.pulumi-state/` beside Pulumi.yaml, which `scripts/up.sh`
 creates, with a generated passphrase for the stacks' secrets in `.pulumi-state/passphrase`.
 
-One rule, used by `scripts/up.sh`, `scripts/env.sh` and every `python -m infra` command (infra/cli.py):
+One rule, used by `scripts/up.sh`, `scripts/env.sh` and every `python -m infra` command (cloudstation_tools/cli.py):
 when PULUMI_BACKEND_URL is unset (and Pulumi.yaml names no `backend.url`) and `.pulumi-state/`
 exists, the backend is `file://<repo>/.pulumi-state`; when that local backend is the one in use and
 no passphrase is set, the passphrase is `.pulumi-state/passphrase`. A passphrase is never pointed at
 another backend's stacks.
 
-    python -m infra.local_backend [--create]     print `export NAME=value` lines for a shell's eval
+    python -m cloudstation_tools.local_backend [--create]     print `export NAME=value` lines for a shell's eval
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def defaults(root: Path = ROOT, env: Mapping[str, str] = os.environ) -> dict[str
     passphrase `scripts/up.sh` used; empty when the user chose their own or there is no local state."""
     state = state_dir(root)
     additions: dict[str, str] = {}
-    # The CLI's order: PULUMI_BACKEND_URL, then Pulumi.yaml `backend.url` (as infra/state_backend.py).
+    # The CLI's order: PULUMI_BACKEND_URL, then Pulumi.yaml `backend.url` (as cloudstation_tools/state_backend.py).
     url = env.get("PULUMI_BACKEND_URL") or _project_backend(root)
     if not url and state.is_dir():
         url = additions["PULUMI_BACKEND_URL"] = local_url(root)
@@ -110,7 +110,7 @@ def shell_exports(additions: Mapping[str, str]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.local_backend", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cloudstation_tools.local_backend", description=__doc__.splitlines()[0])
     parser.add_argument("--create", action="store_true", help="create .pulumi-state/ and its passphrase first")
     parser.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

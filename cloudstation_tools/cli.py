@@ -1,4 +1,4 @@
-"""Command line: `python -m infra <command>`.
+"""Command line: `cloudstation <command>` (pip install -e .), or `python -m infra <command>`.
 
     render --stack STACK --out DIR    write what STACK would deploy (no CLI, cluster or Docker)
     port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from infra.config import ConfigError
-from infra.limits import DEFAULT_DEADLINE_SECONDS
+from cloudstation_tools.limits import DEFAULT_DEADLINE_SECONDS
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def _render(args: argparse.Namespace) -> int:
     # One batch, then the process exits: the cyclic collector would only rescan a heap that lives
     # to the end (infra/program.py main; bench/render_cost.py measures it).
     gc.disable()
-    from infra import render
+    from cloudstation_tools import render
 
     stack_file = None
     if args.promoted_from and _never_promoted(args.stack):
@@ -34,7 +34,7 @@ def _render(args: argparse.Namespace) -> int:
         # promoted, the stack file renders as it is.
         import tempfile
 
-        from infra import promote
+        from cloudstation_tools import promote
 
         images = render.render(args.promoted_from).outputs[promote.IMAGES_OUTPUT]
         text = promote.first_promotion_text(render.ROOT, images, args.promoted_from, args.stack)
@@ -52,7 +52,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _never_promoted(stack: str) -> bool:
     """No entity of Pulumi.<stack>.yaml has an image yet."""
-    from infra import promote, render, stack_file
+    from cloudstation_tools import promote, render, stack_file
 
     name = f"Pulumi.{stack}.yaml"
     parsed = stack_file.parse(stack_file.read_text(promote.stack_path(render.ROOT, stack)), name)
@@ -82,7 +82,7 @@ def port_forwards(config) -> list[str]:
 
 
 def _port_forwards(args: argparse.Namespace) -> int:
-    from infra.render import validate_config
+    from cloudstation_tools.render import validate_config
 
     for line in port_forwards(validate_config(args.stack)):
         print(line)
@@ -90,7 +90,7 @@ def _port_forwards(args: argparse.Namespace) -> int:
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from infra import preflight
+    from cloudstation_tools import preflight
 
     if args.context_only:
         context, why = preflight.context_only(args.stack, Path(args.root))
@@ -135,7 +135,7 @@ def _report(result, verb: str, done: str) -> None:
 
 
 def _promote(args: argparse.Namespace) -> int:
-    from infra import promote
+    from cloudstation_tools import promote
 
     result = promote.promote(
         args.source, args.target, root=Path(args.root), projects=args.project, entities=args.entity,
@@ -146,7 +146,7 @@ def _promote(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from infra import promote
+    from cloudstation_tools import promote
 
     result = promote.rollback(
         args.stack, root=Path(args.root), dry_run=args.dry_run, to=args.to, force=args.force, timeout=args.timeout,
@@ -157,7 +157,7 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _try_promotion(args: argparse.Namespace) -> int:
-    from infra import try_promotion
+    from cloudstation_tools import try_promotion
 
     try:
         return try_promotion.main(keep=args.keep)
@@ -167,7 +167,7 @@ def _try_promotion(args: argparse.Namespace) -> int:
 
 
 def _config_reference(args: argparse.Namespace) -> int:
-    from infra import config_reference
+    from cloudstation_tools import config_reference
 
     path = Path(args.out)
     if args.check:
@@ -180,7 +180,7 @@ def _config_reference(args: argparse.Namespace) -> int:
 
 
 def _pin_images(args: argparse.Namespace) -> int:
-    from infra import pin_images
+    from cloudstation_tools import pin_images
 
     changes, dropped = pin_images.pin(
         args.image, missing_only=args.missing, path=Path(args.digests), authfile=args.authfile,
@@ -202,11 +202,69 @@ MOVING_TAG_HELP = (
 )
 
 
-def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="python -m infra", description=__doc__.splitlines()[0])
+def find_root(start: Path | None = None) -> Path:
+    """The repository: the nearest directory holding Pulumi.yaml, walking up from `start` (the
+    working directory), so the command runs from any directory inside it; outside one, the
+    repository this package was loaded from."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / "Pulumi.yaml").is_file() and (directory / "infra").is_dir():
+            return directory
+    return Path(__file__).resolve().parent.parent
+
+
+ENV_COMMON = (
+    "environment (every command):\n"
+    "  PULUMI_BACKEND_URL           state backend; unset: Pulumi.yaml backend.url, else .pulumi-state/ if\n"
+    "                               scripts/up.sh created it (file://ROOT/.pulumi-state)\n"
+    "  PULUMI_CONFIG_PASSPHRASE     passphrase of the stack secrets (counts when set, even empty);\n"
+    "  PULUMI_CONFIG_PASSPHRASE_FILE  else this file; unset both with the local backend:\n"
+    "                               .pulumi-state/passphrase\n"
+    "  The repository is the nearest directory with Pulumi.yaml above the working directory."
+)
+ENV_REGISTRY = (
+    "\n\nregistry access:\n"
+    "  CLOUDSTATION_REGISTRY_USERNAME, CLOUDSTATION_REGISTRY_PASSWORD  registry credentials; unset:\n"
+    "                               $DOCKER_CONFIG/config.json, else ~/.docker/config.json\n"
+    "  CLOUDSTATION_REGISTRY_HOST   the only host those credentials are sent to (unset: any)\n"
+    "  CLOUDSTATION_INSECURE_REGISTRIES  comma-separated hosts reached over plain HTTP\n"
+    "  CLOUDSTATION_REGISTRY_ADDRESSES   HOST=ADDRESS,... where to reach a registry host\n"
+    "  DOCKER_CONFIG                directory of the docker config.json (default ~/.docker)\n"
+    "  REQUESTS_CA_BUNDLE           CA file for registry TLS (default: system CAs)\n"
+    "  HTTPS_PROXY, HTTP_PROXY, NO_PROXY  proxies, as urllib reads them"
+)
+ENV_STATE = (
+    "\n\nstack state:\n"
+    "  --backend, else PULUMI_BACKEND_URL, else Pulumi.yaml backend.url; other than file:// backends\n"
+    "  are read with boto3 (s3://) or the pulumi CLI, which take cloud credentials from the environment\n"
+    "  (AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN...)"
+)
+ENV_PREFLIGHT = (
+    "\n\ncluster and tools:\n"
+    "  KUBECONFIG                   kubeconfig files (default ~/.kube/config)\n"
+    "  DOCKER_HOST                  Docker engine (default the local socket)\n"
+    "  PATH                         where pulumi, kubectl and docker are looked up"
+)
+ENV_PIN = (
+    "\n\nimage pins:\n"
+    "  PATH                         where skopeo is looked up; --authfile, else skopeo's defaults\n"
+    "                               (REGISTRY_AUTH_FILE, ${XDG_RUNTIME_DIR}/containers/auth.json)"
+)
+ENV_TRIAL = (
+    "\n\ntry-promotion sets its own PULUMI_BACKEND_URL, DOCKER_CONFIG and CLOUDSTATION_REGISTRY_* for\n"
+    "the commands it runs, and finds registry (docker-registry) and skopeo on PATH."
+)
+
+
+def _epilog(*parts: str) -> dict:
+    return {"epilog": ENV_COMMON + "".join(parts), "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def parser(prog: str = "python -m infra") -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], **_epilog())
     commands = root.add_subparsers(dest="command", required=True)
 
-    render = commands.add_parser("render", help="render a stack's Kubernetes objects and resources offline")
+    render = commands.add_parser("render", help="render a stack's Kubernetes objects and resources offline", **_epilog())
     render.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     render.add_argument("--out", required=True, help="output directory")
     render.add_argument(
@@ -217,21 +275,19 @@ def parser() -> argparse.ArgumentParser:
     render.set_defaults(run=_render)
 
     forwards = commands.add_parser(
-        "port-forwards", help="print `namespace service local:remote` for each port-forward `pulumi up` needs"
-    )
+        "port-forwards", help="print `namespace service local:remote` for each port-forward `pulumi up` needs", **_epilog())
     forwards.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     forwards.set_defaults(run=_port_forwards)
 
-    project_dir = str(Path(__file__).resolve().parent.parent)
+    project_dir = str(find_root())
     checks = commands.add_parser(
-        "preflight", help="check the tools, cluster and Docker engine STACK's deployment needs; print its kube context"
-    )
+        "preflight", help="check the tools, cluster and Docker engine STACK's deployment needs; print its kube context", **_epilog(ENV_PREFLIGHT))
     checks.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     checks.add_argument("--context-only", action="store_true", help="only print the stack's kube context")
     checks.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     checks.set_defaults(run=_preflight)
 
-    promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file")
+    promote = commands.add_parser("promote", help="copy a stack's deployed image references into another stack file", **_epilog(ENV_STATE, ENV_REGISTRY))
     promote.add_argument("--from", dest="source", required=True, help="stack whose deployed `images` output is read")
     promote.add_argument("--to", dest="target", required=True, help="stack whose Pulumi.<stack>.yaml is edited")
     promote.add_argument("--project", action="append", default=[], help="promote only this project (repeatable)")
@@ -246,7 +302,7 @@ def parser() -> argparse.ArgumentParser:
     promote.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     promote.set_defaults(run=_promote)
 
-    rollback = commands.add_parser("rollback", help="restore the references the latest promotion replaced")
+    rollback = commands.add_parser("rollback", help="restore the references the latest promotion replaced", **_epilog(ENV_REGISTRY))
     rollback.add_argument("--stack", required=True, help="stack whose latest promotion is undone")
     rollback.add_argument(
         "--to", metavar="PROMOTION",
@@ -264,14 +320,12 @@ def parser() -> argparse.ArgumentParser:
     trial = commands.add_parser(
         "try-promotion",
         help="promote and roll back on this machine: a throwaway local registry, synthetic images, a copy of "
-             "Pulumi.prod.yaml (docs/promotion.md)",
-    )
+             "Pulumi.prod.yaml (docs/promotion.md)", **_epilog(ENV_TRIAL))
     trial.add_argument("--keep", action="store_true", help="keep the temporary directory afterwards")
     trial.set_defaults(run=_try_promotion)
 
     reference = commands.add_parser(
-        "config-reference", help="write the stack config reference (docs/config-reference.md) from the models"
-    )
+        "config-reference", help="write the stack config reference (docs/config-reference.md) from the models", **_epilog())
     reference.add_argument(
         "--out", default=str(Path(project_dir) / "docs" / "config-reference.md"), help="file to write"
     )
@@ -281,8 +335,7 @@ def parser() -> argparse.ArgumentParser:
     from infra.versions import DIGESTS_FILE
 
     pins = commands.add_parser(
-        "pin-images", help="resolve each pinned image tag of infra/versions.py to its digest (needs skopeo and the registries)"
-    )
+        "pin-images", help="resolve each pinned image tag of infra/versions.py to its digest (needs skopeo and the registries)", **_epilog(ENV_PIN))
     pins.add_argument("--image", action="append", default=[], help="only this pin (repeatable); default: every pin")
     pins.add_argument("--missing", action="store_true", help="only pins without a digest for their tag")
     pins.add_argument("--dry-run", action="store_true", help="print the digests; write nothing")
@@ -297,11 +350,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    from infra import local_backend
+    prog = "cloudstation" if Path(sys.argv[0]).name == "cloudstation" else "python -m infra"
+    args = parser(prog).parse_args(argv)
+    from cloudstation_tools import local_backend
 
     try:
-        # The backend and passphrase scripts/up.sh used, for every command (infra/local_backend.py).
+        # The backend and passphrase scripts/up.sh used, for every command (cloudstation_tools/local_backend.py).
         with local_backend.applied(Path(getattr(args, "root", None) or local_backend.ROOT)):
             return args.run(args)
     except ConfigError as error:
@@ -311,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
-        from infra import pin_images, promote, registry_api, stack_file, state_backend
+        from cloudstation_tools import pin_images, promote, registry_api, stack_file, state_backend
 
         known = (
             promote.PromotionRefused, registry_api.RegistryError, stack_file.StackFileError, state_backend.StateError,

@@ -8,7 +8,7 @@
    for every entity of Pulumi.test.yaml, at the repository promotion expects
    (`<prefix>/<project>/<entity>`), plus a second version of one entity;
 3. writes a `file://` state backend whose test-stack checkpoint has the `images` output a deployed
-   test stack has (the format infra/state_backend.py reads), naming the images as the cluster's
+   test stack has (the format cloudstation_tools/state_backend.py reads), naming the images as the cluster's
    nodes would (`localhost:<nodePort>/...`, mapped to the throwaway registry with
    CLOUDSTATION_REGISTRY_ADDRESSES);
 4. copies Pulumi.prod.yaml (and Pulumi.test.yaml, which prod's validation reads) to the temporary
@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
-from infra import promote, registry_api, stack_file
+from cloudstation_tools import promote, registry_api, stack_file
 from infra.image_refs import entity_repository, split
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ class TryError(Exception):
 
 def entity_keys(root: Path = ROOT) -> list[str]:
     """`<project>/<entity>` of every entity the test stack deploys (its `images` output's keys)."""
-    from infra.render import validate_config
+    from cloudstation_tools.render import validate_config
 
     config = validate_config(SOURCE, root)
     return [f"{stack_file.PLATFORM_PROJECT}/{config.platform.project_state.name}"] + [
@@ -182,7 +182,7 @@ class Walkthrough:
         self.project, self.place, self.print = project, place, print_
 
     def run(self, *argv: str) -> None:
-        from infra import cli
+        from cloudstation_tools import cli
 
         self.print(f"$ python -m infra {shlex.join(argv)}")
         code = cli.main([*argv, "--root", str(self.project)])

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Optional
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from infra.mocks import MOCK_DIGEST_PREFIX, Registration, is_wrapped_secret
+from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, Registration, is_wrapped_secret
 
 SECRET = "[secret]"
 

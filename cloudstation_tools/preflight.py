@@ -180,7 +180,7 @@ def check(
     stack: str, root: Path, env: Mapping[str, str] = os.environ,
     which: Callable[[str], Optional[str]] = shutil.which, runner: Runner = run,
 ) -> Report:
-    from infra.render import validate_config
+    from cloudstation_tools.render import validate_config
 
     report = Report(stack)
     source = f"Pulumi.{stack}.yaml"
@@ -233,7 +233,7 @@ def check(
 def _check_cluster(
     report: Report, config: StackConfig, context: str, context_key: str, runner: Runner, env: Mapping[str, str]
 ) -> None:
-    from infra.validate import SUPPORTED_VERSIONS
+    from cloudstation_tools.validate import SUPPORTED_VERSIONS
 
     kubectl = ["kubectl", "--context", context, REQUEST_TIMEOUT]
     where = f"kube context '{context}'" + (f" ({context_key})" if config.kubernetes.context else " (kubectl's current context)")
@@ -262,7 +262,7 @@ def _check_cluster(
         report.add(
             f"the cluster of {where} runs Kubernetes {version[0]}.{version[1]}; supported: {low} to {high}",
             f"use a cluster running Kubernetes {low} to {high} (every object is validated against those "
-            "versions' schemas, infra/validate.py)",
+            "versions' schemas, cloudstation_tools/validate.py)",
         )
 
     if not needs_localhost_nodeports(config):
@@ -313,6 +313,6 @@ def _check_docker(report: Report, env: Mapping[str, str], which: Callable[[str],
 
 
 def context_only(stack: str, root: Path, runner: Runner = run) -> tuple[Optional[str], Optional[str]]:
-    from infra.render import validate_config
+    from cloudstation_tools.render import validate_config
 
     return resolve_context(validate_config(stack, root), runner)

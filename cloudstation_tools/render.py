@@ -6,7 +6,7 @@ and returns every registration; `write()` turns that into
 
     manifests.yaml   every Kubernetes object, in apply order (namespaces and CRDs first), each
                      under a comment naming the component that made it and the values the mocks
-                     made up (infra/render_output.py)
+                     made up (cloudstation_tools/render_output.py)
     resources.json   every Pulumi resource: type, name, parent, provider, dependencies, the
                      options the engine acts on (protect, deleteBeforeReplace, ...), inputs
     outputs.json     the stack outputs
@@ -29,9 +29,10 @@ import pulumi.runtime.settings
 
 from infra import config as stack_config
 from infra import engine_paths
-from infra import render_output, stack_yaml
-from infra.mocks import ProgramMocks, RecordingMonitor, Registration
-from infra.render_output import KIND_ORDER, NOT_OBJECTS, SECRET, apply_order, canonical, clean, redact  # noqa: F401
+from infra import stack_yaml
+from cloudstation_tools import render_output
+from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor, Registration
+from cloudstation_tools.render_output import KIND_ORDER, NOT_OBJECTS, SECRET, apply_order, canonical, clean, redact  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ class Rendered:
     registrations: list[Registration]
     outputs: dict[str, Any]
     made_up: dict[str, str] = field(default_factory=dict)
-    """Non-secret values the mocks made up (image digests) -> what made each (infra/mocks.py)."""
+    """Non-secret values the mocks made up (image digests) -> what made each (cloudstation_tools/mocks.py)."""
     reads: dict[str, str] = field(default_factory=dict)
     """URN -> `<type> <id>` of each existing object the program read, whose state the mock made up."""
 
@@ -83,7 +84,7 @@ class Rendered:
         return sum(1 for r in self.registrations if render_output.is_object(r))
 
     def manifests_yaml(self) -> str:
-        """manifests.yaml's text: the objects with their comments (infra/render_output.py)."""
+        """manifests.yaml's text: the objects with their comments (cloudstation_tools/render_output.py)."""
         return render_output.manifests_yaml(self.stack, render_output.objects(self.registrations), self.made_up, self.reads)
 
 
@@ -135,5 +136,5 @@ def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None) -
 
 
 def write(rendered: Rendered, out: Path) -> None:
-    """Write manifests.yaml, resources.json and outputs.json into `out` (infra/render_output.py)."""
+    """Write manifests.yaml, resources.json and outputs.json into `out` (cloudstation_tools/render_output.py)."""
     render_output.write(out, rendered.stack, rendered.registrations, rendered.outputs, rendered.made_up, rendered.reads)

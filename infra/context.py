@@ -1,0 +1,37 @@
+"""What every area of the program is given (infra/program.py builds it): its own module, so the
+areas can name it without importing the program that imports them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import config as stack_config
+from infra.engine_paths import from_program
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The directory of Pulumi.yaml; paths in stack config (entity sources, renderYamlToDirectory)
+are relative to it."""
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """What every area needs: the validated config, the stack name and the Kubernetes provider."""
+
+    config: stack_config.StackConfig
+    stack: str
+    provider: k8s.Provider
+    root: Path = ROOT
+    cwd: Path = field(default_factory=Path.cwd)
+    """The program's working directory, which the engine also starts every provider in
+    (Pulumi.yaml `main`: infra/): path inputs are relative to it (infra/engine_paths.py)."""
+
+    def path(self, from_root: str | Path) -> str:
+        """A path of the stack config (relative to root) as a provider input (relative to cwd)."""
+        return from_program(from_root, self.root, self.cwd)
+
+    @property
+    def opts(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(provider=self.provider)
