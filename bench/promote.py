@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from cloudstation_tools import promote, registry_api  # noqa: E402
+from cloudstation_tools import promote  # noqa: E402
+from components import registry_api  # noqa: E402
 from registry_server import PASSWORD, USERNAME, CountingProxy, RegistryServer, build_oci_image  # noqa: E402
 
 NODE_HOST = "localhost:32000"

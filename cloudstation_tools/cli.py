@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from infra.config import ConfigError
-from cloudstation_tools.limits import DEFAULT_DEADLINE_SECONDS
+from components.limits import DEFAULT_DEADLINE_SECONDS
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -365,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
-        from cloudstation_tools import pin_images, promote, registry_api, stack_file, state_backend
+        from cloudstation_tools import pin_images, promote, stack_file, state_backend
+        from components import registry_api
 
         known = (
             promote.PromotionRefused, registry_api.RegistryError, stack_file.StackFileError, state_backend.StateError,

@@ -24,8 +24,8 @@ were; tags added in step 6 stay, they only mark images):
 given one), the same way, and records that too. An entity a promotion gave its first image keeps
 it (there is no earlier image; prod cannot run an entity without one). Every refusal names a
 remedy that works (tests/test_promote.py runs each). Registry credentials are read by
-cloudstation_tools/registry_api.py and never printed. Everything that waits on the network shares one deadline
-(`timeout`, cloudstation_tools/limits.py).
+components/registry_api.py and never printed. Everything that waits on the network shares one deadline
+(`timeout`, components/limits.py).
 """
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional, Union
 
-from cloudstation_tools import registry_api, stack_file, state_backend
+from cloudstation_tools import stack_file, state_backend
 from infra import config as stack_config
 from infra.config import ConfigError
 from infra.image_refs import entity_repository, is_digest_ref, reference_problem
-from cloudstation_tools.limits import DEFAULT_DEADLINE_SECONDS, Deadline
+from components import registry_api
+from components.limits import DEFAULT_DEADLINE_SECONDS, Deadline
 
 try:
     import fcntl

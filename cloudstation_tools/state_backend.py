@@ -10,7 +10,7 @@ Backends: `file://<dir>` and `s3://<bucket>[/<prefix>][?endpoint=host:port&s3For
 &disableSSL=true&region=…&profile=…]`. The backend is `--backend`, else PULUMI_BACKEND_URL, else
 `backend.url` in Pulumi.yaml.
 
-Reads are bounded (cloudstation_tools/limits.py): the CLI and S3 get what is left of the run's deadline, and a
+Reads are bounded (components/limits.py): the CLI and S3 get what is left of the run's deadline, and a
 checkpoint larger than MAX_CHECKPOINT_BYTES is refused rather than read.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from infra.config import PROJECT
-from cloudstation_tools.limits import MAX_CHECKPOINT_BYTES, Deadline, DeadlineExceeded
+from components.limits import MAX_CHECKPOINT_BYTES, Deadline, DeadlineExceeded
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"

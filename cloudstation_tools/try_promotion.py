@@ -35,7 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
-from cloudstation_tools import promote, registry_api, stack_file
+from cloudstation_tools import promote, stack_file
+from components import registry_api
 from infra.image_refs import entity_repository, split
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Digest-pinned image references: the one pattern every part of the repository checks them with.
 
-Config validation (infra/config.py), promotion (cloudstation_tools/promote.py, cloudstation_tools/registry_api.py,
+Config validation (infra/config.py), promotion (cloudstation_tools/promote.py, components/registry_api.py,
 cloudstation_tools/stack_file.py) and the policy pack import from here. Standard library only, so any of them
 can import it without the program's dependencies.
 

@@ -120,7 +120,7 @@ class RegistryServer:
 
     def digest_of(self, repository: str, reference: str) -> Optional[str]:
         """HEAD a manifest (with the Accept header) and return its digest, or None if absent."""
-        from cloudstation_tools.registry_api import ACCEPT
+        from components.registry_api import ACCEPT
 
         response = self.session.head(
             f"{self.url}/v2/{repository}/manifests/{reference}", headers={"Accept": ACCEPT}, auth=self.auth, timeout=5

@@ -12,8 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # infra/versions.py stays the one place of versions (the team's rule); components read their image
-# pins from it and from nothing else of the program.
-COMPONENTS_MAY_IMPORT = {"infra.versions"}
+# pins from it and, for the one digest-reference pattern (standard library only, written to be
+# imported from anywhere), infra/image_refs.py (components/registry_api.py); nothing else of the program.
+COMPONENTS_MAY_IMPORT = {"infra.versions", "infra.image_refs"}
 
 
 def _imports(path: Path, package: str, *, module_level_only: bool = False) -> set[str]:
@@ -135,7 +136,9 @@ def test_the_cloudstation_command_is_python_m_infra():
 def test_every_environment_variable_the_tools_read_is_in_the_help():
     from cloudstation_tools import cli
 
-    source = "\n".join(p.read_text() for p in sorted((ROOT / "cloudstation_tools").glob("*.py")) if p.name != "cli.py")
+    # The CLI's libraries, with the registry client it shares with the build provider (components/).
+    libraries = [p for p in sorted((ROOT / "cloudstation_tools").glob("*.py")) if p.name != "cli.py"]
+    source = "\n".join(p.read_text() for p in libraries + [ROOT / "components" / "registry_api.py"])
     read = set(re.findall(r"[\"'](CLOUDSTATION_[A-Z_]+|PULUMI_[A-Z_]+|KUBECONFIG|AWS_[A-Z_]+|DOCKER_[A-Z_]+|REQUESTS_CA_BUNDLE)[\"']", source))
     assert {"PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE",
             "CLOUDSTATION_REGISTRY_PASSWORD", "DOCKER_HOST"} <= read

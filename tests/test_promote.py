@@ -24,9 +24,10 @@ import yaml
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from cloudstation_tools import cli, promote, registry_api, stack_file, state_backend
+from cloudstation_tools import cli, promote, stack_file, state_backend
+from components import registry_api
 from infra.image_refs import entity_repository
-from cloudstation_tools.limits import Deadline
+from components.limits import Deadline
 from cloudstation_tools.promote import PromotionRefused
 from tests.conftest import ROOT
 from tests.registry_server import (

@@ -1,4 +1,4 @@
-"""cloudstation_tools/registry_api.py against a real registry (docker-registry with auth), a bearer-token front
+"""components/registry_api.py against a real registry (docker-registry with auth), a bearer-token front
 for it, and moto's ECR."""
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from moto import mock_aws
 
 from infra import config as stack_config
 from infra import image_refs
-from cloudstation_tools import registry_api
-from cloudstation_tools.limits import MAX_MANIFEST_BYTES, Deadline
-from cloudstation_tools.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
+from components import registry_api
+from components.limits import MAX_MANIFEST_BYTES, Deadline
+from components.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
 from tests.registry_server import PASSWORD, USERNAME, ScriptedServer, build_oci_image, ecr_manifest
 
 LAYER_BYTES = 1 << 20

@@ -1,4 +1,5 @@
-"""Bounds on what the command line waits for and reads: an overall deadline and response size caps.
+"""Bounds on what the command line and the build provider wait for and read: an overall deadline and
+response size caps. In components/ because components/registry_api.py (shared by both) uses them.
 
 `python -m infra promote` and `rollback` talk to registries, ECR, S3 and the Pulumi CLI; none of
 them may hang the run or fill its memory. Every request's timeout is the smaller of its own and

@@ -27,7 +27,7 @@ Loopback registries, and hosts listed in CLOUDSTATION_INSECURE_REGISTRIES (comma
 spoken to over plain HTTP; everything else over HTTPS.
 
 Every answer is read against a size cap (4 MiB for a manifest) and the run's deadline
-(cloudstation_tools/limits.py).
+(components/limits.py).
 
 A reference names the registry as the cluster's nodes see it (e.g. `localhost:32000`, the built-in
 registry's NodePort). Where that address means something else to the promoter, map it:
@@ -53,7 +53,7 @@ from typing import Mapping, Optional, Protocol
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from infra.image_refs import DIGEST_REF_FORM, split
-from cloudstation_tools.limits import MAX_MANIFEST_BYTES, MAX_SMALL_ANSWER_BYTES, Deadline, DeadlineExceeded
+from components.limits import MAX_MANIFEST_BYTES, MAX_SMALL_ANSWER_BYTES, Deadline, DeadlineExceeded
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
