@@ -75,6 +75,17 @@ TAGS: dict[str, str] = {
     # Base images of the Dockerfiles generated for entities without their own Dockerfile.
     "maven": "docker.io/library/maven:3.9.16-eclipse-temurin-17",
     "java-runtime": "docker.io/library/eclipse-temurin:17.0.20_8-jre-alpine-3.24",
+    # The test stage of the entity Dockerfiles (ours and the generated JavaScript one): `node --test`
+    # needs Node >= 18, while the runtime stays on Node 12 for the CloudState SDK. Node 22 LTS.
+    "node-test": "docker.io/library/node:22.23.2-bookworm-slim",
+    # In-cluster builds (components/build_job.py, docs/builds.md "Builder"): kaniko, as the
+    # maintained community fork osscontainertools/kaniko publishes it (v1.28.3, 2026-08-13; the
+    # Google repository was archived in June 2025). Not a Docker official image: no public digest
+    # record, so `python -m infra pin-images --missing` records it.
+    "kaniko": "docker.io/martizih/kaniko:v1.28.3",
+    # The build pod's init container that fetches and verifies the build context (wget,
+    # sha256sum, tar); the musl variant is one static binary.
+    "build-fetch": "docker.io/library/busybox:1.38.0-musl",
 }
 
 DIGESTS_FILE = Path(__file__).resolve().with_name("image-digests.yaml")

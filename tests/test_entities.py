@@ -179,17 +179,103 @@ def test_the_ignore_file_keeps_exactly_what_the_image_copies(source):
 
 
 @pytest.mark.parametrize("source", ENTITY_DIRS)
-def test_tests_dependencies_and_docs_stay_out_of_the_build_context(source, tmp_path):
+def test_dependencies_and_docs_stay_out_of_the_build_context_and_tests_stay_in(source, tmp_path):
     copy = tmp_path / "entity"
     shutil.copytree(ROOT / source, copy, ignore=shutil.ignore_patterns("node_modules"))
-    extra = ["src/new.test.js", "src/other.test.mjs", "node_modules/grpc/index.js", "src/node_modules/x.js",
-             "docs/guide.txt", "NOTES.md", "user-function.desc"]
-    for relative in extra:
+    extra = ["node_modules/grpc/index.js", "src/node_modules/x.js", "docs/guide.txt", "NOTES.md", "user-function.desc"]
+    tests = ["src/new.test.js", "src/other.test.mjs"]
+    for relative in [*extra, *tests]:
         (copy / relative).parent.mkdir(parents=True, exist_ok=True)
         (copy / relative).write_text("x")
     kept = context_files(copy)
-    assert [k for k in kept if k in extra or k.endswith((".test.js", ".test.mjs"))] == []
+    assert [k for k in kept if k in extra] == []
+    # The build runs the tests (the Dockerfile's test stage), so they are part of the context and its hash.
+    assert set(tests) <= set(kept)
     assert (DOCKERFILE in kept) == (copy / DOCKERFILE).is_file()
+
+
+# --- the test stage: the entity's tests run inside every image build -----------------------------
+
+
+def stage_names(text: str) -> list[str]:
+    """The name of each stage (`FROM x AS name`), or its index as text for an unnamed one."""
+    names = []
+    for index, stage in enumerate(stages(text)):
+        words = stage[0][1].split()
+        names.append(words[2] if len(words) == 3 and words[1].upper() == "AS" else str(index))
+    return names
+
+
+def depends_on(text: str) -> dict[str, set[str]]:
+    """Stage -> the stages it reads directly: `FROM <stage>` and `COPY --from=<stage>` (by name or index)."""
+    names = stage_names(text)
+    graph: dict[str, set[str]] = {}
+    for name, stage in zip(names, stages(text)):
+        needs = set()
+        base = stage[0][1].split()[0]
+        if base in names:
+            needs.add(base)
+        for keyword, rest in stage:
+            if keyword in ("COPY", "ADD"):
+                for word in shlex.split(rest):
+                    if word.startswith("--from="):
+                        source = word.split("=", 1)[1]
+                        needs.add(names[int(source)] if source.isdigit() else source)
+        graph[name] = needs
+    return graph
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for needed in graph[todo.pop()] - seen:
+            seen.add(needed)
+            todo.append(needed)
+    return seen
+
+
+@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
+def test_a_test_stage_runs_the_tests_and_the_image_depends_on_it(source):
+    """BuildKit and kaniko build only the stages the target needs, so the test stage counts only if
+    the final stage reaches it; its base is the "node-test" pin (Node >= 18 for `node --test`)."""
+    text = dockerfile_text(source)
+    names = stage_names(text)
+    assert "test" in names, f"{source}: no stage named test"
+    test_stage = stages(text)[names.index("test")]
+    assert test_stage[0][1].split()[0] == IMAGES["node-test"], f"{source}: the test stage is not FROM the node-test pin"
+    runs = " ".join(rest for keyword, rest in test_stage if keyword == "RUN")
+    assert re.search(r"\bnode --test\b", runs), f"{source}: the test stage does not run node --test"
+    # A failing run must fail the build: no `|| true`, no `;` that would go on after a failure.
+    assert "||" not in runs and ";" not in runs, runs
+    assert "test" in reached(depends_on(text), names[-1]), f"{source}: the image does not depend on the test stage"
+
+
+@pytest.mark.parametrize("source", [s for s in JAVASCRIPT_DIRS if (ROOT / s / DOCKERFILE).is_file()])
+def test_the_test_stage_sees_what_the_tests_read_and_keeps_them_out_of_the_image(source, tmp_path):
+    """Run the test stage's COPYs and `node --test` on the build context (tests/test_doc_commands-style:
+    what the builder would run), and check the build stage deletes the tests before the runtime copies /app."""
+    text = dockerfile_text(source)
+    test_stage = stages(text)[stage_names(text).index("test")]
+    context = ROOT / source
+    kept = set(context_files(context))
+    work = tmp_path / "app"
+    work.mkdir()
+    for keyword, rest in test_stage:
+        if keyword == "COPY":
+            *sources, _ = shlex.split(rest)
+            for path in sources:
+                path = path.rstrip("/")
+                files = [k for k in kept if k == path or k.startswith(path + "/")]
+                assert files, f"{source}: COPY {path} copies nothing of the context"
+                for relative in files:
+                    (work / relative).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(context / relative, work / relative)
+    assert shutil.which("node"), "Node.js is required (scripts/test.sh installs it)"
+    done = subprocess.run(["node", "--test"], cwd=work, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^# pass [1-9]", done.stdout, re.M), done.stdout
+    build = stages(text)[stage_names(text).index("build")]
+    assert any(keyword == "RUN" and "*.test.js" in rest and "-delete" in rest for keyword, rest in build), source
 
 
 @pytest.mark.parametrize("source", JAVASCRIPT_DIRS)

@@ -180,6 +180,30 @@ def test_generated_dockerfiles_use_the_pinned_base_images(language, base):
     assert "USER 1000" in text  # numeric, so runAsNonRoot can be verified
 
 
+def test_the_generated_javascript_dockerfile_tests_in_a_stage_the_image_depends_on():
+    from tests.test_entities import depends_on, reached, stage_names, stages
+
+    for mirror in (None, "mirror.example:5000/hub"):
+        text = generated_dockerfile("javascript", delivery.base_images(mirror))
+        names = stage_names(text)
+        test_stage = stages(text)[names.index("test")]
+        assert test_stage[0][1].split()[0] == versions.image("node-test", mirror)
+        assert any(keyword == "RUN" and rest.startswith("node --test &&") for keyword, rest in test_stage)
+        assert "test" in reached(depends_on(text), names[-1])
+
+
+def test_the_generated_java_dockerfile_runs_the_tests():
+    """`mvn package` runs the test phase first unless told to skip it; the image depends on that stage."""
+    from tests.test_entities import depends_on, reached, stage_names, stages
+
+    text = generated_dockerfile("java", delivery.base_images(None))
+    assert not re.search(r"-DskipTests|-Dmaven\.test\.skip|-Dmaven\.test\.failure\.ignore|testFailureIgnore", text)
+    names = stage_names(text)
+    runs = [rest for keyword, rest in stages(text)[names.index("build")] if keyword == "RUN"]
+    assert any(re.match(r"mvn -B( -q)? package\b", rest) for rest in runs), runs
+    assert "build" in reached(depends_on(text), names[-1])
+
+
 def test_generated_dockerfiles_follow_the_image_mirror():
     text = generated_dockerfile("javascript", delivery.base_images("mirror.example:5000/hub"))
     assert "FROM mirror.example:5000/hub/library/node:" in text

@@ -55,7 +55,12 @@ function messages(text) {
   return found;
 }
 
-test("cart_client.proto matches the cart's own API", () => {
+// The cart's .proto lives beside this entity in the repository, not in this entity's build context:
+// the image build's test stage (the Dockerfile) has only add-item's files, so it skips this check,
+// which the repository's test run (scripts/test.sh) makes.
+const CART_PROTO = path.join(__dirname, "..", "..", "cart", "cart.proto");
+
+test("cart_client.proto matches the cart's own API", { skip: !fs.existsSync(CART_PROTO) && "cart.proto is outside this build context" }, () => {
   const read = (...parts) => fs.readFileSync(path.join(__dirname, "..", ...parts), "utf8");
   const client = read("cart_client.proto");
   const cart = read("..", "cart", "cart.proto");

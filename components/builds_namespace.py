@@ -1,0 +1,138 @@
+"""The namespace Armada runs entity build pods in (components/build_job.py), and what they may reach.
+
+The namespace enforces the Pod Security level the builder needs (build_job.POD_SECURITY_LEVEL,
+"baseline"; "restricted" is still warned and audited, so every relaxation shows), denies all
+traffic by default (components/namespace.py) and lets build pods reach only DNS, the registry's
+pods on its port, and the destinations `BuildSettings.egress` declares (package and registry
+mirrors). Nothing may connect to a build pod. The Secret `<name>` holds what a build pod needs of
+the registry: `.dockerconfigjson` for kaniko's push and `auth` (base64 of `user:password`) for the
+fetch container's HTTP Basic header; pods mount them as files, never env.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import build_job
+from components import k8s as kube
+from components import network
+from components.component import Component
+from components.namespace import Namespace, NamespaceArgs
+from components.registry import dockerconfigjson
+
+SECRET_NAME = "build-registry"
+"""The build Secret in the builds namespace (`secret_name` of build_job.build_job_item)."""
+COMPONENT = "entity-build"
+BUILD_POD_LABEL = "armada_job_id"
+"""The label Armada's executor puts on every pod it creates for a job (armadaproject/armada v0.22.7
+internal/executor/domain/pod_metadata.go `JobId`): the build policies select exactly Armada's pods."""
+EGRESS_POLICY = "build-egress"
+INGRESS_POLICY = "build-no-ingress"
+
+
+@dataclass(frozen=True)
+class BuildsNamespaceArgs:
+    """What the builds namespace needs to know."""
+
+    namespace: str
+    """The namespace's name, e.g. `cloudstation-builds`."""
+    registry_host: str
+    """host:port of the registry's in-cluster Service, as build pods reach it (the docker config's key)."""
+    registry_namespace: str
+    """Namespace of the registry's pods."""
+    registry_pod_labels: Mapping[str, str]
+    """Labels selecting the registry's pods (components/registry.py: `kube.selector_labels(name)`)."""
+    username: pulumi.Input[str]
+    password: pulumi.Input[str]
+    """The registry password (a secret Output)."""
+    settings: build_job.BuildSettings = field(default_factory=build_job.BuildSettings)
+    registry_port: int = 5000
+    """The port the registry's pods listen on (the policy names the pod's port, after the Service)."""
+
+
+def registry_endpoint(args: BuildsNamespaceArgs) -> network.Endpoint:
+    return network.Endpoint(
+        ports=(args.registry_port,),
+        peers=(network.pods(dict(args.registry_pod_labels), namespace=args.registry_namespace),),
+    )
+
+
+def egress_rules(args: BuildsNamespaceArgs) -> list[dict]:
+    """Build pods' egress beyond DNS: the registry, then each declared destination."""
+    rules = [network.to(registry_endpoint(args))]
+    for destination in args.settings.egress:
+        rules.append(network.egress(destination.peers(), destination.ports))
+    return rules
+
+
+def build_pod_selector() -> dict:
+    return network.selector(expressions=[network.label_exists(BUILD_POD_LABEL)])
+
+
+def egress_policy_spec(args: BuildsNamespaceArgs) -> dict:
+    """Egress of build pods: the registry and the declared destinations; DNS is the namespace's `allow-dns`."""
+    return network.spec(build_pod_selector(), egress_rules=egress_rules(args))
+
+
+def ingress_policy_spec() -> dict:
+    """Nothing connects to a build pod (already so by default-deny; written down for review)."""
+    return network.spec(build_pod_selector(), ingress_rules=[])
+
+
+def basic_auth(username: str, password: str) -> str:
+    """The value of an HTTP Basic Authorization header (RFC 7617)."""
+    return base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+class BuildsNamespace(Component):
+    """Outputs: `namespace` (the builds namespace's name, once it exists), `secret_name` (the build
+    Secret's name), `pod_security` (the enforced level). Children: the namespace (with its
+    default-deny and allow-dns policies), the build egress and ingress policies, the build Secret."""
+
+    def __init__(self, name: str, args: BuildsNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:builds:BuildsNamespace", name, None, opts)
+        namespace = Namespace(
+            f"{name}-namespace",
+            NamespaceArgs(name=args.namespace, pod_security=build_job.POD_SECURITY_LEVEL),
+            self.child_opts(),
+        )
+        ns = namespace.name
+        # The policies and the Secret wait for the namespace (its name is read from it).
+        egress = k8s.networking.v1.NetworkPolicy(
+            f"{name}-egress",
+            **network.policy(EGRESS_POLICY, ns, COMPONENT, egress_policy_spec(args)),
+            opts=self.child_opts(),
+        )
+        ingress = k8s.networking.v1.NetworkPolicy(
+            f"{name}-no-ingress",
+            **network.policy(INGRESS_POLICY, ns, COMPONENT, ingress_policy_spec()),
+            opts=self.child_opts(),
+        )
+        credentials = pulumi.Output.all(args.username, args.password).apply(
+            lambda up: {
+                build_job.DOCKERCONFIG_KEY: dockerconfigjson(args.registry_host, up[0], up[1]),
+                build_job.AUTH_KEY: basic_auth(up[0], up[1]),
+            }
+        )
+        secret = k8s.core.v1.Secret(
+            f"{name}-registry",
+            metadata=kube.metadata(SECRET_NAME, ns, COMPONENT),
+            type="kubernetes.io/dockerconfigjson",
+            string_data=pulumi.Output.secret(credentials),
+            opts=self.child_opts(),
+        )
+        self.namespace_resource = namespace
+        self.namespace: pulumi.Output[str] = ns
+        self.secret_name: pulumi.Output[str] = secret.metadata.name
+        self.pod_security: str = build_job.POD_SECURITY_LEVEL
+        self.policies = [egress, ingress]
+        """What build pods need before their first connection (a job waits for them: default-deny
+        would refuse a first attempt)."""
+        self.ready: list[pulumi.Resource] = [namespace, egress, ingress, secret]
+        """Everything a build job needs in place before it is submitted."""
+        self.register_outputs({"namespace": self.namespace, "secretName": self.secret_name,
+                               "podSecurity": self.pod_security})
