@@ -216,7 +216,6 @@ def builder_args(destination: str, registry_host: str, plain_http: bool, mirrors
         f"--context=dir://{WORKSPACE}",
         "--dockerfile=Dockerfile",
         f"--destination={destination}",
-        "--digest-file=/dev/termination-log",
         "--push-retry=2",
         "--verbosity=info",
     ]
