@@ -139,10 +139,16 @@ APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 SECCOMP_TYPES = ("RuntimeDefault", "Localhost")
 
 
-def restricted_violations(name: str, spec: dict, annotations: Optional[dict] = None) -> list[str]:
-    """Violations of the baseline and restricted Pod Security Standards (all supported Kubernetes versions), plus the
-    team's rule that every container decides readOnlyRootFilesystem explicitly. `annotations` are
-    the pod's (a template's metadata), where the AppArmor annotations live."""
+BASELINE_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                         "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
+"""check_capabilities_baseline.go: the only capabilities the baseline level lets a container add."""
+POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
+
+
+def baseline_violations(name: str, spec: dict, annotations: Optional[dict] = None) -> list[str]:
+    """Violations of the baseline Pod Security Standard (all supported Kubernetes versions): host
+    namespaces and ports, privileged, added capabilities beyond the default set, hostPath, sysctls,
+    Unconfined seccomp, SELinux/AppArmor, procMount, probe hosts. `annotations` are the pod's."""
     problems = []
     pod = spec.get("securityContext") or {}
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
@@ -161,33 +167,18 @@ def restricted_violations(name: str, spec: dict, annotations: Optional[dict] = N
                 and not str(value).startswith("localhost/"):
             problems.append(f"{name}: annotation {key}={value!r} (runtime/default or localhost/*)")
     for volume in spec.get("volumes") or []:
-        kinds = set(volume) - {"name"}
-        if "hostPath" in kinds:
+        if "hostPath" in volume:
             problems.append(f"{name}: volume {volume.get('name')} is a hostPath")
-        elif not kinds <= RESTRICTED_VOLUMES:
-            problems.append(f"{name}: volume {volume.get('name')} uses {sorted(kinds - RESTRICTED_VOLUMES)}")
     for container in all_containers(spec):
         where = f"{name} container {container.get('name')}"
         context = container.get("securityContext") or {}
-        capabilities = context.get("capabilities") or {}
-        if context.get("allowPrivilegeEscalation") is not False:
-            problems.append(f"{where}: allowPrivilegeEscalation must be false")
         if context.get("privileged"):
             problems.append(f"{where}: privileged")
-        if "ALL" not in (capabilities.get("drop") or []):
-            problems.append(f"{where}: capabilities must drop ALL")
-        added = set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}
-        if added:
-            problems.append(f"{where}: adds capabilities {sorted(added)}")
-        if not (context.get("runAsNonRoot", pod.get("runAsNonRoot")) is True):
-            problems.append(f"{where}: runAsNonRoot must be true")
-        if context.get("runAsUser", pod.get("runAsUser")) == 0:
-            problems.append(f"{where}: runAsUser 0")
-        seccomp = (context.get("seccompProfile") or pod.get("seccompProfile") or {}).get("type")
-        if seccomp not in SECCOMP_TYPES:
-            problems.append(f"{where}: seccompProfile must be RuntimeDefault")
-        if "readOnlyRootFilesystem" not in context:
-            problems.append(f"{where}: readOnlyRootFilesystem must be decided explicitly")
+        beyond = set((context.get("capabilities") or {}).get("add") or []) - set(BASELINE_CAPABILITIES)
+        if beyond:
+            problems.append(f"{where}: adds capabilities {sorted(beyond)} beyond the baseline's default set")
+        if (context.get("seccompProfile") or {}).get("type") not in (None, *SECCOMP_TYPES):
+            problems.append(f"{where}: seccompProfile {context['seccompProfile']['type']!r} (RuntimeDefault or Localhost)")
         if context.get("procMount") not in (None, "Default"):
             problems.append(f"{where}: procMount {context['procMount']!r} (only Default)")
         if (context.get("windowsOptions") or {}).get("hostProcess"):
@@ -202,6 +193,48 @@ def restricted_violations(name: str, spec: dict, annotations: Optional[dict] = N
                     problems.append(f"{where}: {handler_name} {action} sets host {handler[action]['host']!r} "
                                     "(probes and hooks reach only the pod)")
     return problems
+
+
+def restricted_violations(name: str, spec: dict, annotations: Optional[dict] = None) -> list[str]:
+    """Violations of the baseline and restricted Pod Security Standards (all supported Kubernetes versions), plus the
+    team's rule that every container decides readOnlyRootFilesystem explicitly. `annotations` are
+    the pod's (a template's metadata), where the AppArmor annotations live."""
+    problems = baseline_violations(name, spec, annotations)
+    pod = spec.get("securityContext") or {}
+    for volume in spec.get("volumes") or []:
+        others = set(volume) - {"name", "hostPath"} - RESTRICTED_VOLUMES
+        if others:
+            problems.append(f"{name}: volume {volume.get('name')} uses {sorted(others)}")
+    for container in all_containers(spec):
+        where = f"{name} container {container.get('name')}"
+        context = container.get("securityContext") or {}
+        capabilities = context.get("capabilities") or {}
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{where}: allowPrivilegeEscalation must be false")
+        if "ALL" not in (capabilities.get("drop") or []):
+            problems.append(f"{where}: capabilities must drop ALL")
+        added = set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}
+        if added:
+            problems.append(f"{where}: adds capabilities {sorted(added)}")
+        if not (context.get("runAsNonRoot", pod.get("runAsNonRoot")) is True):
+            problems.append(f"{where}: runAsNonRoot must be true")
+        if context.get("runAsUser", pod.get("runAsUser")) == 0:
+            problems.append(f"{where}: runAsUser 0")
+        seccomp = (context.get("seccompProfile") or pod.get("seccompProfile") or {}).get("type")
+        if seccomp not in SECCOMP_TYPES:
+            problems.append(f"{where}: seccompProfile must be RuntimeDefault")
+        if "readOnlyRootFilesystem" not in context:
+            problems.append(f"{where}: readOnlyRootFilesystem must be decided explicitly")
+    return problems
+
+
+def pod_security_violations(name: str, spec: dict, level: str, annotations: Optional[dict] = None) -> list[str]:
+    """Violations of the Pod Security Standard `level` (a namespace's pod-security.kubernetes.io/enforce)."""
+    if level not in POD_SECURITY_LEVELS:
+        raise ValueError(f"Pod Security level {level!r}: one of {list(POD_SECURITY_LEVELS)}")
+    if level == "privileged":
+        return []
+    return (baseline_violations if level == "baseline" else restricted_violations)(name, spec, annotations)
 
 
 def _selinux_apparmor(where: str, context: dict) -> list[str]:
