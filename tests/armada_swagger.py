@@ -22,14 +22,20 @@ from pathlib import Path
 
 import jsonschema
 
-SWAGGER_FILE = Path(__file__).resolve().parent / "upstream" / "armada-v0.22.7-api.swagger.json"
-SWAGGER_BLOB = "f5c09de1ebe40089c6b46c430bfae56d9e6ff927"
-"""The git blob id of pkg/api/api.swagger.json at armadaproject/armada v0.22.7 (tests/upstream/PROVENANCE.md)."""
+UPSTREAM = Path(__file__).resolve().parent / "upstream"
+SWAGGER_FILES = {
+    "server": UPSTREAM / "armada-v0.22.7-api.swagger.json",
+    "binoculars": UPSTREAM / "armada-v0.22.7-binoculars.swagger.json",
+}
+"""pkg/api/api.swagger.json and pkg/api/binoculars/api.swagger.json at armadaproject/armada v0.22.7."""
+SWAGGER_BLOBS = {"server": "f5c09de1ebe40089c6b46c430bfae56d9e6ff927", "binoculars": "d1543f3036385405135252bca26dd8633a8db4c3"}
+"""Their git blob ids at the tag (tests/upstream/PROVENANCE.md)."""
+SWAGGER_FILE, SWAGGER_BLOB = SWAGGER_FILES["server"], SWAGGER_BLOBS["server"]
 
 
 @functools.lru_cache(None)
-def swagger() -> dict:
-    return json.loads(SWAGGER_FILE.read_text(encoding="utf-8"))
+def swagger(api: str = "server") -> dict:
+    return json.loads(SWAGGER_FILES[api].read_text(encoding="utf-8"))
 
 
 def enum_values(definition: str) -> list[str]:
@@ -77,49 +83,49 @@ def _translate(node, wire: bool):
 
 
 @functools.lru_cache(None)
-def _definitions(wire: bool) -> dict:
-    definitions = {name: _translate(schema, wire) for name, schema in swagger()["definitions"].items()}
+def _definitions(wire: bool, api: str) -> dict:
+    definitions = {name: _translate(schema, wire) for name, schema in swagger(api)["definitions"].items()}
     definitions.update(copy.deepcopy(KUBERNETES_JSON))
     return definitions
 
 
 @functools.lru_cache(None)
-def _validator(definition: str, wire: bool) -> jsonschema.Draft4Validator:
-    definitions = _definitions(wire)
+def _validator(definition: str, wire: bool, api: str) -> jsonschema.Draft4Validator:
+    definitions = _definitions(wire, api)
     if definition not in definitions:
-        raise KeyError(f"no definition {definition!r} in {SWAGGER_FILE.name}")
+        raise KeyError(f"no definition {definition!r} in {SWAGGER_FILES[api].name}")
     return jsonschema.Draft4Validator({"$ref": f"#/definitions/{definition}", "definitions": definitions})
 
 
-def _errors(definition: str, body, wire: bool) -> list[str]:
-    found = sorted(_validator(definition, wire).iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
+def _errors(definition: str, body, wire: bool, api: str) -> list[str]:
+    found = sorted(_validator(definition, wire, api).iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{definition} at {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found]
 
 
-def request_errors(definition: str, body) -> list[str]:
+def request_errors(definition: str, body, api: str = "server") -> list[str]:
     """Why `body` is not a `definition` (e.g. apiJobSubmitRequest) the fake accepts; [] when it is."""
-    return _errors(definition, body, wire=False)
+    return _errors(definition, body, False, api)
 
 
-def response_errors(definition: str, body) -> list[str]:
+def response_errors(definition: str, body, api: str = "server") -> list[str]:
     """Why `body` is not a `definition` as Armada v0.22.7's gateway writes it; [] when it is."""
-    return _errors(definition, body, wire=True)
+    return _errors(definition, body, True, api)
 
 
-def operation(path: str, method: str = "post") -> dict:
+def operation(path: str, method: str = "post", api: str = "server") -> dict:
     """A path's operation in the swagger (to derive a request's or an answer's definition)."""
-    return swagger()["paths"][path][method]
+    return swagger(api)["paths"][path][method]
 
 
-def body_definition(path: str, method: str = "post") -> str:
+def body_definition(path: str, method: str = "post", api: str = "server") -> str:
     """The definition a path's request body must be (`#/definitions/<name>` of its `in: body` parameter)."""
-    (body,) = [p for p in operation(path, method)["parameters"] if p["in"] == "body"]
+    (body,) = [p for p in operation(path, method, api)["parameters"] if p["in"] == "body"]
     return body["schema"]["$ref"].rsplit("/", 1)[1]
 
 
-def answer_definition(path: str, method: str = "post") -> str:
+def answer_definition(path: str, method: str = "post", api: str = "server") -> str:
     """The definition of a path's 200 answer (for a stream: the definition of each chunk's `result`)."""
-    schema = operation(path, method)["responses"]["200"]["schema"]
+    schema = operation(path, method, api)["responses"]["200"]["schema"]
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[1]
     return schema["properties"]["result"]["$ref"].rsplit("/", 1)[1]

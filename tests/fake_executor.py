@@ -346,14 +346,87 @@ def push_image(registry, repository: str, tag: str, context: bytes, credentials:
     return digest
 
 
+class FakeBinoculars:
+    """Armada's binoculars for the fake executor's pods: `POST /v1/binoculars/log` (pkg/api/binoculars/
+    binoculars.proto Logs; internal/binoculars/service/logs.go GetLogs) answering the build container's output
+    as `{"log": [{"timestamp", "line"}]}`, tailLines applied; 404 NotFound for a pod it never ran (upstream's
+    "pod ... has been cleaned up"); a body the binoculars swagger refuses gets 400; no logOptions fails as
+    upstream's nil dereference does (500). `authorization`, when set, is the only Authorization accepted."""
+
+    def __init__(self, executor: "FakeExecutor", authorization: Optional[str] = None):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from tests import armada_swagger
+        from tests.fake_armada import INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, UNKNOWN_CODE, error_body
+
+        self.executor, self.authorization = executor, authorization
+        self.requests: list[dict] = []
+        fake = self
+
+        def answer(body, header: Optional[str]) -> tuple[int, dict]:
+            fake.requests.append(body)
+            if fake.authorization is not None and header != fake.authorization:
+                return 401, error_body(UNAUTHENTICATED, "Request could not be authenticated")
+            problems = armada_swagger.request_errors("binocularsLogRequest", body, api="binoculars")
+            if problems:
+                return 400, error_body(INVALID_ARGUMENT, "; ".join(problems))
+            if body.get("logOptions") is None:  # a nil *PodLogOptions; {} decodes to a non-nil one
+                return 500, error_body(UNKNOWN_CODE, "runtime error: invalid memory address or nil pointer dereference")
+            job = fake.executor.armada.jobs.get(body.get("jobId", ""))
+            namespace = body.get("podNamespace") or "default"
+            output = fake.executor.outputs.get(job.id) if job else None
+            if output is None or body.get("podNumber", 0) != 0 or namespace != job.item.get("namespace"):
+                return 404, error_body(NOT_FOUND, "The pod with these logs doesn't exist - this is likely because the "
+                                                  "job has finished and the pod has been cleaned up")
+            lines = output.splitlines()
+            tail = body["logOptions"].get("tailLines")
+            if tail is not None:
+                lines = lines[-int(tail):] if int(tail) else []
+            stamp = "2026-01-01T00:00:00.000000000Z"
+            return 200, {"log": [{"timestamp": stamp, "line": line} for line in lines]} if lines else {}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != "/v1/binoculars/log":
+                    status, body = 404, {"error": "Not Found", "code": NOT_FOUND, "message": "Not Found"}
+                else:
+                    try:
+                        status, body = answer(json.loads(raw) if raw else {}, self.headers.get("Authorization"))
+                    except ValueError as error:
+                        status, body = 400, error_body(INVALID_ARGUMENT, str(error))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "FakeBinoculars":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 QUEUE_VERB_ARGUMENT = {"submit": "submitters", "watch": "watchers", "cancel": "cancellers"}
 
 
 class BuildCluster:
     """What `build_cluster` yields: the fake Armada, its executor and the real registry behind them."""
 
-    def __init__(self, armada: FakeArmada, executor: FakeExecutor, registry):
-        self.armada, self.executor, self.registry = armada, executor, registry
+    def __init__(self, armada: FakeArmada, executor: FakeExecutor, registry, binoculars: "FakeBinoculars"):
+        self.armada, self.executor, self.registry, self.binoculars = armada, executor, registry, binoculars
 
 
 @contextlib.contextmanager
@@ -362,8 +435,8 @@ def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queu
                   authorization: Optional[str] = None) -> Iterator[BuildCluster]:
     """A docker-registry (tests/registry_server.py, in `workdir`), a FakeArmada whose `queues` give `users` the
     queue `verbs` (submit, watch, cancel; the Queue component grants only submit:
-    components/armada/queue.py submit_permission), and a FakeExecutor playing the build pods, all stopped
-    afterwards."""
+    components/armada/queue.py submit_permission), a FakeExecutor playing the build pods and a FakeBinoculars
+    serving their logs (same `authorization`), all stopped afterwards."""
     from tests.registry_server import RegistryServer
 
     with RegistryServer(workdir) as registry, FakeArmada() as armada:
@@ -371,5 +444,5 @@ def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queu
         for queue in queues:
             armada.add_queue(queue, **{QUEUE_VERB_ARGUMENT[verb]: users for verb in verbs})
         with FakeExecutor(armada, registry, contexts, registry_host=registry_host, pod_security=pod_security,
-                          namespace=namespace) as executor:
-            yield BuildCluster(armada, executor, registry)
+                          namespace=namespace) as executor, FakeBinoculars(executor, authorization) as binoculars:
+            yield BuildCluster(armada, executor, registry, binoculars)
