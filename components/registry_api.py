@@ -151,6 +151,20 @@ class Credentials:
     def basic(self) -> str:
         return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
 
+    @classmethod
+    def from_basic(cls, authorization: str) -> "Credentials":
+        """From a `Basic <base64 user:password>` header value (the build provider's input)."""
+        scheme, _, encoded = authorization.strip().partition(" ")
+        try:
+            if scheme.lower() != "basic":
+                raise ValueError
+            username, colon, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+            if not colon:
+                raise ValueError
+        except ValueError:
+            raise RegistryError("the registry authorization is not `Basic <base64 user:password>`") from None
+        return cls(username, password)
+
 
 def credentials_for(host: str, env: Mapping[str, str] = os.environ) -> Optional[Credentials]:
     """Credentials for `host`: the environment's, if they name this host, else the docker config's."""
@@ -319,7 +333,8 @@ class DistributionRegistry:
             return self._repository_locks.setdefault(repository, threading.Lock())
 
     def _send(self, method: str, repository: str, path: str, headers: dict, body: bytes, limit: int) -> Answer:
-        url = f"{self.base}{path}"
+        # `path` may be a whole URL (an upload's Location); _http sends credentials only to our origin.
+        url = path if "://" in path else f"{self.base}{path}"
         authorization = self._known(repository)
         if authorization is None:
             with self._lock_for(repository):
@@ -484,6 +499,74 @@ class DistributionRegistry:
         stored = answer.headers.get("Docker-Content-Digest")
         if stored and stored != manifest.digest:
             raise RegistryError(f"{ref}: tag {tag!r} was stored with digest {stored}, not {manifest.digest}")
+
+
+    # --- what the build provider needs (components/entity_build.py) ------------------------------
+
+    def manifest_digest(self, repository: str, reference: str) -> Optional[str]:
+        """HEAD a manifest by tag or digest: its digest (Docker-Content-Digest), None when absent."""
+        path = f"/v2/{repository}/manifests/{reference}"
+        answer = self._send("HEAD", repository, path, {"Accept": ACCEPT}, b"", MAX_MANIFEST_BYTES)
+        if answer.status_code == 404:
+            return None
+        if answer.status_code != 200:
+            raise RegistryError(f"{self.host}/{repository}:{reference}: HEAD manifest answered HTTP {answer.status_code}")
+        digest = answer.headers.get("Docker-Content-Digest", "")
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise RegistryError(f"{self.host}/{repository}:{reference}: no sha256 Docker-Content-Digest in the answer")
+        return digest
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        """HEAD /v2/<repository>/blobs/<digest>."""
+        answer = self._send("HEAD", repository, f"/v2/{repository}/blobs/{digest}", {}, b"", MAX_SMALL_ANSWER_BYTES)
+        if answer.status_code in (200, 404):
+            return answer.status_code == 200
+        raise RegistryError(f"{self.host}/{repository}@{digest}: HEAD blob answered HTTP {answer.status_code}")
+
+    def upload_blob(self, repository: str, digest: str, data: bytes) -> None:
+        """Upload `data` as one blob: POST an upload session, then PUT the bytes to its Location
+        with `?digest=` (the monolithic upload of the distribution spec, push/"Pushing a blob")."""
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            raise RegistryError(f"{self.host}/{repository}: the blob's bytes do not have digest {digest}")
+        answer = self._send("POST", repository, f"/v2/{repository}/blobs/uploads/", {}, b"", MAX_SMALL_ANSWER_BYTES)
+        location = answer.headers.get("Location")
+        if answer.status_code != 202 or not location:
+            raise RegistryError(f"{self.host}/{repository}: starting a blob upload answered HTTP {answer.status_code}: "
+                                f"{answer.text[:200]}")
+        target = urljoin(self.base + "/", location)
+        target += ("&" if "?" in target else "?") + f"digest={quote(digest, safe='')}"
+        headers = {"Content-Type": "application/octet-stream"}
+        answer = self._send("PUT", repository, target, headers, data, MAX_SMALL_ANSWER_BYTES)
+        if answer.status_code != 201:
+            raise RegistryError(f"{self.host}/{repository}@{digest}: PUT blob answered HTTP {answer.status_code}: "
+                                f"{answer.text[:200]}")
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
+        """PUT a manifest under a tag (or its digest); returns its digest, checked against the bytes."""
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        path = f"/v2/{repository}/manifests/{reference}"
+        answer = self._send("PUT", repository, path, {"Content-Type": media_type}, body, MAX_SMALL_ANSWER_BYTES)
+        if answer.status_code != 201:
+            raise RegistryError(f"{self.host}/{repository}:{reference}: PUT manifest answered HTTP "
+                                f"{answer.status_code}: {answer.text[:200]}")
+        stored = answer.headers.get("Docker-Content-Digest")
+        if stored and stored != digest:
+            raise RegistryError(f"{self.host}/{repository}:{reference}: stored with digest {stored}, not {digest}")
+        return digest
+
+
+def for_url(url: str, credentials: Optional[Credentials] = None, *, timeout: float = 30,
+            deadline: Optional[Deadline] = None, env: Mapping[str, str] = os.environ) -> DistributionRegistry:
+    """A client of the registry API at `url` (`http(s)://host[:port]`, as `pulumi up` reaches it).
+    Credentials go over plain http only to loopback."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/"):
+        raise RegistryError(f"registry URL {url!r} must be http(s)://host[:port] (no path)")
+    if credentials is not None and parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise RegistryError(f"refusing to send registry credentials over plain http to {parts.netloc}: use https:// "
+                            "or a port-forward to localhost")
+    return DistributionRegistry(parts.netloc, credentials, insecure=parts.scheme == "http", timeout=timeout,
+                                deadline=deadline, env=env)
 
 
 def _with(headers: dict, authorization: Optional[str]) -> dict:

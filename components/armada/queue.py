@@ -9,7 +9,6 @@ Stack config lists queues under `platform.armada.queues`; every CloudStation pro
 from __future__ import annotations
 
 import base64
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -18,6 +17,7 @@ import pulumi.dynamic as dynamic
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.armada.queue_api import QueueClient, QueueExists
+from components.dynamic_provider import PROJECT_ROOT, load_provider
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 
@@ -174,34 +174,6 @@ def client_for(props: dict) -> QueueClient:
     )
 
 
-def _load_provider(root: str) -> "QueueProvider":
-    """Rebuild the provider inside Pulumi's dynamic-provider process.
-
-    That process starts in the program's directory (infra/), where `components` is not
-    importable, so the pickle carries this loader by value: it puts the project root (where the
-    program ran, else the nearest parent of the working directory that has components/) on
-    sys.path, then imports the provider normally.
-    """
-    import importlib
-    import os
-    import sys
-
-    marker = os.path.join("components", "armada", "queue.py")
-    here = os.getcwd()
-    candidates = [root, here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))]
-    found = next((path for path in candidates if os.path.isfile(os.path.join(path, marker))), None)
-    if found is None:
-        raise RuntimeError(f"cannot find the CloudStation project (components/) in {candidates}")
-    if found not in sys.path:
-        sys.path.insert(0, found)
-    return importlib.import_module("components.armada.queue").QueueProvider()
-
-
-# dill serializes functions of `__main__` by value, everything else by reference (import name).
-_load_provider.__module__ = "__main__"
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 class QueueProvider(dynamic.ResourceProvider):
     """CRUD of one Armada queue over REST; the queue's name is its id."""
 
@@ -209,7 +181,8 @@ class QueueProvider(dynamic.ResourceProvider):
     serialize_as_secret_always = False
 
     def __reduce__(self):
-        return _load_provider, (PROJECT_ROOT,)
+        # Rebuilt by import in Pulumi's dynamic-provider process (components/dynamic_provider.py).
+        return load_provider, (PROJECT_ROOT, "components.armada.queue", "QueueProvider")
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
         failures = []

@@ -1,4 +1,5 @@
-"""A minimal client of the Armada server's queue REST API (the grpc-gateway on its HTTP port).
+"""A minimal client of the Armada server's queue REST API (the grpc-gateway on its HTTP port), and the
+REST plumbing (`RestClient`) it shares with the jobs client (components/armada/jobs_api.py).
 
 Routes and bodies follow `armada/armada-v0.22.7/pkg/api/api.swagger.json`: `POST /v1/queue`,
 `GET | PUT | DELETE /v1/queue/{name}`, body `apiQueue`, errors `runtimeError`
@@ -54,15 +55,23 @@ def _read(response, deadline: float) -> bytes:
         chunks.append(chunk)
 
 
-class QueueApiError(Exception):
+class ArmadaApiError(Exception):
     """A request the Armada server rejected or could not answer; str() says which and why."""
+
+    api = "Armada API"
 
     def __init__(self, method: str, url: str, status: Optional[int], message: str, code: Optional[int] = None):
         self.method, self.url, self.status, self.code = method, url, status, code
         self.message = message
         where = f"HTTP {status}" if status is not None else "no answer"
         grpc = f", {GRPC_CODES.get(code, f'gRPC code {code}')}" if code else ""
-        super().__init__(f"Armada queue API {method} {url} failed ({where}{grpc}): {message}")
+        super().__init__(f"{self.api} {method} {url} failed ({where}{grpc}): {message}")
+
+
+class QueueApiError(ArmadaApiError):
+    """A queue request the Armada server rejected or could not answer."""
+
+    api = "Armada queue API"
 
 
 class QueueExists(QueueApiError):
@@ -83,12 +92,19 @@ def error_message(body: bytes) -> tuple[str, Optional[int]]:
     return str(message), code if isinstance(code, int) else None
 
 
-class QueueClient:
-    """CRUD of Armada queues at `base_url` (e.g. `http://localhost:8080`).
+class RestClient:
+    """What every client of the server's REST API shares: bounded waits and reads, no redirects,
+    credentials only over https or to loopback, grpc-gateway error bodies made readable.
 
     Connection failures and 502/503/504 are retried for `wait_seconds` (the server may still be
-    starting during the `pulumi up` that installs it); answers such as 400/403/409 are not.
+    starting during the `pulumi up` that installs it); answers such as 400/403/409 are not. A
+    request that is not safe to send twice (`resend=False`, e.g. a job submission) is retried only
+    when the connection was refused, i.e. nothing reached the server.
     """
+
+    error: type = ArmadaApiError
+    url_hint = "armada.queueApi.url; see docs/armada-queues.md"
+    """Where the user sets the URL, named in the error when the server cannot be reached."""
 
     def __init__(
         self,
@@ -103,6 +119,69 @@ class QueueClient:
         self.wait_seconds = wait_seconds
         self.headers = headers or {}
         self.retry_interval = retry_interval
+
+    def _failure(self, method: str, url: str, status: Optional[int], message: str, code: Optional[int] = None):
+        return self.error(method, url, status, message, code)
+
+    def _request(self, method: str, path: str, body: Optional[dict] = None, *, resend: bool = True,
+                 read=None) -> Any:
+        """One call; the answer's JSON, or what `read(response, deadline)` makes of the answer."""
+        url = self.base_url + path
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json", **self.headers}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        parts = urllib.parse.urlsplit(url)
+        if any(k.lower() == "authorization" for k in headers) and parts.scheme != "https" and not _is_loopback(
+            parts.hostname
+        ):
+            raise self._failure(
+                method, url, None, "refusing to send credentials over plain http to a host other than loopback; "
+                f"use an https:// URL ({self.url_hint}) or a port-forward to localhost"
+            )
+        deadline = time.monotonic() + self.wait_seconds
+        overall = deadline + self.timeout  # no call waits longer than this in all, slow answers included
+        while True:
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                timeout = max(min(self.timeout, overall - time.monotonic()), 0.001)
+                with _OPENER.open(request, timeout=timeout) as response:
+                    if read is not None:
+                        return read(response, overall)
+                    payload = _read(response, overall)
+                    return json.loads(payload) if payload.strip() else {}
+            except urllib.error.HTTPError as error:
+                if 300 <= error.code < 400:
+                    where = error.headers.get("Location", "(no Location)")
+                    raise self._failure(method, url, error.code, f"redirects are not followed (to {where})") from None
+                try:
+                    message, code = error_message(_read(error, overall))
+                except (ValueError, TimeoutError, OSError) as problem:
+                    message, code = str(problem), None
+                failure = self._failure(method, url, error.code, message, code)
+                if error.code not in RETRYABLE_STATUS or not resend:
+                    raise failure from None
+            except ValueError as error:  # too large (json errors are ValueErrors too: the server's fault)
+                raise self._failure(method, url, None, str(error)) from None
+            except (urllib.error.URLError, OSError) as error:
+                reason = getattr(error, "reason", error)
+                failure = self._failure(
+                    method, url, None, f"{reason} — is the server reachable at {self.base_url}? ({self.url_hint})"
+                )
+                if not resend and not isinstance(reason, ConnectionRefusedError):
+                    raise failure  # it may have reached the server: sending it again could repeat it
+            if time.monotonic() + self.retry_interval > deadline:
+                raise failure
+            time.sleep(self.retry_interval)
+
+
+class QueueClient(RestClient):
+    """CRUD of Armada queues at `base_url` (e.g. `http://localhost:8080`)."""
+
+    error = QueueApiError
+
+    def _failure(self, method: str, url: str, status: Optional[int], message: str, code: Optional[int] = None):
+        return (QueueExists if status == 409 else QueueApiError)(method, url, status, message, code)
 
     def create(self, queue: dict) -> None:
         """POST /v1/queue; raises QueueExists on 409."""
@@ -132,51 +211,3 @@ class QueueClient:
     @staticmethod
     def _path(name: str) -> str:
         return "/v1/queue/" + urllib.parse.quote(name, safe="")
-
-    def _request(self, method: str, path: str, body: Optional[dict] = None) -> Any:
-        url = self.base_url + path
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": "application/json", **self.headers}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        parts = urllib.parse.urlsplit(url)
-        if any(k.lower() == "authorization" for k in headers) and parts.scheme != "https" and not _is_loopback(
-            parts.hostname
-        ):
-            raise QueueApiError(
-                method, url, None, "refusing to send credentials over plain http to a host other than loopback; "
-                "use an https:// armada.queueApi.url (or a port-forward to localhost)"
-            )
-        deadline = time.monotonic() + self.wait_seconds
-        overall = deadline + self.timeout  # no call waits longer than this in all, slow answers included
-        while True:
-            request = urllib.request.Request(url, data=data, method=method, headers=headers)
-            try:
-                timeout = max(min(self.timeout, overall - time.monotonic()), 0.001)
-                with _OPENER.open(request, timeout=timeout) as response:
-                    payload = _read(response, overall)
-                    return json.loads(payload) if payload.strip() else {}
-            except urllib.error.HTTPError as error:
-                if 300 <= error.code < 400:
-                    where = error.headers.get("Location", "(no Location)")
-                    raise QueueApiError(method, url, error.code, f"redirects are not followed (to {where})") from None
-                try:
-                    message, code = error_message(_read(error, overall))
-                except (ValueError, TimeoutError, OSError) as problem:
-                    message, code = str(problem), None
-                failure = (QueueExists if error.code == 409 else QueueApiError)(
-                    method, url, error.code, message, code
-                )
-                if error.code not in RETRYABLE_STATUS:
-                    raise failure from None
-            except ValueError as error:  # too large (json errors are ValueErrors too: the server's fault)
-                raise QueueApiError(method, url, None, str(error)) from None
-            except (urllib.error.URLError, OSError) as error:
-                reason = getattr(error, "reason", error)
-                failure = QueueApiError(
-                    method, url, None, f"{reason} — is the server reachable at {self.base_url}? "
-                    "(armada.queueApi.url; see docs/armada-queues.md)"
-                )
-            if time.monotonic() + self.retry_interval > deadline:
-                raise failure
-            time.sleep(self.retry_interval)

@@ -1,0 +1,416 @@
+"""One entity's image, built inside the cluster as an Armada job (issue 13, `builds.mode: armada`).
+
+`EntityBuild` (type `cloudstation:builds:EntityBuild`) wraps one dynamic resource
+(`pulumi-python:dynamic/builds:EntityBuild`) whose provider makes sure the image
+`<repository>:<contentTag>` exists in the registry and returns its digest:
+
+1. the registry already has the tag -> its digest, no job (an unchanged entity costs one HEAD);
+2. else the provider recomputes the context tar (components/build_context.py) and checks its digest
+   against `contextDigest`, the one the program put in the job's pod spec; uploads it as an OCI
+   artifact (`contextRepository:<contentTag>`, blobs the registry already has are not sent again);
+   submits the job item (`jobItem`, the full pod spec, an input so the offline render shows what
+   will run) to `queue` / `jobSetId` over Armada's REST API; polls its state every `pollSeconds`,
+   at most `timeoutSeconds`, logging each state change (the `pulumi up` display shows it);
+3. a failed job raises an error with Armada's error text for it (`/v1/job/errors`: the test
+   output) and, when `binocularsUrl` is set, the pod's last log lines; a job still running at the
+   timeout is cancelled (best effort) and the error says so;
+4. the digest is read from the registry (HEAD of the tag), never taken from the job.
+
+Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at the nearest stored):
+- Preview submits nothing: the dynamic-provider host answers Configure without `supportsPreview`
+  (sdk/python/lib/pulumi/dynamic/__main__.py `Configure`), so in a preview the engine returns the
+  inputs from Create/Update without calling the provider (pkg/resource/plugin/provider_plugin.go
+  `Create`/`Update`: `if req.Preview ... !protocol.supportsPreview`); only Check and Diff run, and
+  neither touches the network here.
+- Secrets stay secret: outputs repeat the inputs (the provider needs the credentials on refresh),
+  and the engine marks an output secret when the input of the same name was
+  (provider_plugin.go `annotateSecrets` after Create, Read and Update).
+- Refresh: `read` answers an empty id when the registry no longer has the tag; the engine then
+  treats the resource as deleted (pkg/resource/deploy/step.go RefreshStep.Apply, "If the ID is
+  blank treat this as a delete"), and the next `pulumi up` creates it again, i.e. rebuilds.
+- Diff: only `contentTag` and `builder` replace (a new image); any other change (URLs, credentials,
+  poll settings, even the pod spec's formatting) is no change, and the engine records the new
+  inputs with the old outputs (a same step).
+
+Delete removes nothing: images are shared by digest with prod (promotion tags them, it does not
+copy them), and a rollback needs old images. Clean up by deleting old tags' manifests through the
+registry API (`DELETE /v2/<repository>/manifests/<digest>`, the managed registry enables deletes)
+and running the registry's garbage collection; build contexts under `builds/` are never needed
+once their image exists and can all go (docs/builds.md).
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from components.component import Component
+from components.dynamic_provider import PROJECT_ROOT, load_provider
+
+CONTEXT_ANNOTATION = "cloudstation.io/build-context"
+IMAGE_ANNOTATION = "cloudstation.io/build-image"
+REPLACING_INPUTS = ("contentTag", "builder")
+"""The only inputs whose change builds again (a new content hash, or other build settings)."""
+REQUIRED_INPUTS = (
+    "contentTag", "contextDigest", "contextDir", "dockerfileText", "repository", "pullHost", "registryUrl",
+    "armadaUrl", "queue", "jobSetId", "jobItem", "timeoutSeconds", "pollSeconds",
+)
+SECRET_INPUTS = ("registryAuthorization", "armadaAuthorization")
+REQUEST_TIMEOUT_SECONDS = 30
+"""One HTTP request to the registry or Armada."""
+CONNECT_WAIT_SECONDS = 30
+"""How long a request retries an unreachable Armada (capped by the build's timeout)."""
+LOG_TAIL_LINES = 200
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+TAG = re.compile(r"\w[\w.-]{0,127}", re.ASCII)
+
+
+class BuildFailed(Exception):
+    """The build did not produce the image; str() says why (job errors, logs, timeout)."""
+
+
+def log(message: str, severity: str = "info") -> None:
+    """Progress through pulumi.log (the dynamic-provider host has no engine connection, and the SDK
+    then writes to stderr, which the engine shows as the plugin's output: pulumi/pulumi
+    sdk/go/common/resource/plugin/plugin.go `runtrace`); never fails the build."""
+    try:
+        getattr(pulumi.log, severity)(message)
+    except Exception:  # noqa: BLE001 - outside an engine, or the engine is gone: keep building
+        print(f"{severity}: {message}", file=sys.stderr, flush=True)
+
+
+def _known(value: Any) -> bool:
+    """False for a value the engine does not know yet (a preview's unknowns)."""
+    from pulumi.runtime import rpc
+
+    return value is not None and value != rpc.UNKNOWN
+
+
+def image_ref(pull_host: str, repository: str, tag: str, digest: str) -> str:
+    """`<pullHost>/<repository>:<tag>@sha256:...`, as EntityImage.ref."""
+    return f"{pull_host}/{repository}:{tag}@{digest}"
+
+
+def annotated_context(item: Any) -> Optional[tuple[str, str]]:
+    """(repository below the host, digest) of the job item's build-context annotation."""
+    annotations = item.get("annotations") if isinstance(item, dict) else None
+    value = annotations.get(CONTEXT_ANNOTATION) if isinstance(annotations, dict) else None
+    if not isinstance(value, str) or "@" not in value or "/" not in value:
+        return None
+    name, _, digest = value.rpartition("@")
+    return name.split("/", 1)[1], digest
+
+
+def context_repository_of(props: dict) -> str:
+    return props.get("contextRepository") or (annotated_context(props.get("jobItem")) or ("", ""))[0]
+
+
+def problems(news: dict) -> list[tuple[str, str]]:
+    """(input, reason) for every known input that is wrong; unknown (preview) values are skipped."""
+    found = []
+    for key in REQUIRED_INPUTS:
+        if key not in news or (news[key] in ("", None) and _known(news.get(key, ""))):
+            found.append((key, "is required"))
+
+    def known(key: str) -> bool:
+        return key in news and _known(news[key]) and news[key] not in ("", None)
+
+    if known("contentTag") and not (isinstance(news["contentTag"], str) and TAG.fullmatch(news["contentTag"])):
+        found.append(("contentTag", f"must be an image tag, got {news['contentTag']!r}"))
+    if known("contextDigest") and not (isinstance(news["contextDigest"], str) and DIGEST.fullmatch(news["contextDigest"])):
+        found.append(("contextDigest", f"must be sha256:<64 hex digits>, got {news['contextDigest']!r}"))
+    for key in ("registryUrl", "armadaUrl", "binocularsUrl"):
+        if known(key) and not re.fullmatch(r"https?://[^\s/]+/?", str(news[key])):
+            found.append((key, f"must be http(s)://host[:port], got {news[key]!r}"))
+    for key in ("timeoutSeconds", "pollSeconds"):
+        if known(key) and not (isinstance(news[key], (int, float)) and not isinstance(news[key], bool) and news[key] > 0):
+            found.append((key, f"must be a positive number of seconds, got {news[key]!r}"))
+    item = news.get("jobItem")
+    if known("jobItem"):
+        if not isinstance(item, dict) or not isinstance(item.get("podSpec"), dict):
+            found.append(("jobItem", "must be an apiJobSubmitRequestItem with a podSpec"))
+        else:
+            annotated = annotated_context(item)
+            if annotated is None:
+                found.append(("jobItem", f"needs the annotation {CONTEXT_ANNOTATION}: <host>/<repository>@sha256:..."))
+            elif known("contextDigest") and _known(annotated[1]) and annotated[1] != news["contextDigest"]:
+                found.append(("jobItem", f"{CONTEXT_ANNOTATION} names {annotated[1]}, not contextDigest "
+                                         f"{news['contextDigest']}: the pod would fetch another context"))
+            elif known("contextRepository") and _known(annotated[0]) and annotated[0] != news["contextRepository"]:
+                found.append(("contextRepository", f"{news['contextRepository']!r} is not the repository the job "
+                                                   f"fetches from ({annotated[0]!r}, {CONTEXT_ANNOTATION})"))
+    return found
+
+
+# --- the provider -------------------------------------------------------------------------------
+
+
+def _registry(props: dict, deadline=None):
+    from components import registry_api
+
+    authorization = props.get("registryAuthorization")
+    credentials = registry_api.Credentials.from_basic(authorization) if authorization else None
+    return registry_api.for_url(props["registryUrl"], credentials, timeout=REQUEST_TIMEOUT_SECONDS, deadline=deadline)
+
+
+def _jobs(props: dict, wait: float):
+    from components.armada.jobs_api import JobsClient
+
+    headers = {"Authorization": props["armadaAuthorization"]} if props.get("armadaAuthorization") else {}
+    return JobsClient(props["armadaUrl"], timeout=REQUEST_TIMEOUT_SECONDS, wait_seconds=wait, headers=headers,
+                      retry_interval=min(2.0, max(wait / 4, 0.05)))
+
+
+class EntityBuildProvider(dynamic.ResourceProvider):
+    """Ensures `<repository>:<contentTag>` exists (see the module docstring); id `<repository>:<tag>`."""
+
+    # The provider object captures nothing (it is re-imported by name), so it need not be secret.
+    serialize_as_secret_always = False
+
+    def __reduce__(self):
+        # Rebuilt by import in Pulumi's dynamic-provider process (components/dynamic_provider.py).
+        return load_provider, (PROJECT_ROOT, "components.entity_build", "EntityBuildProvider")
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
+        return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in problems(news)])
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        replaces = [key for key in REPLACING_INPUTS if olds.get(key) != news.get(key)]
+        return dynamic.DiffResult(changes=bool(replaces), replaces=replaces, delete_before_replace=False)
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        outs = self._ensure(props)
+        return dynamic.CreateResult(id_=f"{props['repository']}:{props['contentTag']}", outs=outs)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        return dynamic.UpdateResult(outs=self._ensure(news))
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        repository, tag = props["repository"], props["contentTag"]
+        digest = _registry(props).manifest_digest(repository, tag)
+        if digest is None:
+            log(f"{repository}:{tag} is no longer in the registry; the next `pulumi up` builds it again", "warn")
+            return dynamic.ReadResult(id_="", outs={})
+        return dynamic.ReadResult(id_=id_, outs={**props, "digest": digest,
+                                                 "ref": image_ref(props["pullHost"], repository, tag, digest)})
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing: images stay in the registry (see the module docstring for clean-up)."""
+
+    # --- create/update ----------------------------------------------------------------------------
+
+    def _ensure(self, props: dict[str, Any]) -> dict[str, Any]:
+        failures = problems(props)
+        if failures:
+            raise BuildFailed("; ".join(f"{key} {reason}" for key, reason in failures))
+        repository, tag = props["repository"], props["contentTag"]
+        image = f"{repository}:{tag}"
+        registry = _registry(props)
+        digest = registry.manifest_digest(repository, tag)
+        job_id = ""
+        if digest is not None:
+            log(f"{image}: already in the registry ({digest}), nothing to build")
+        else:
+            self._upload_context(props, registry)
+            job_id = self._run_job(props)
+            digest = registry.manifest_digest(repository, tag)
+            if digest is None:
+                raise BuildFailed(f"{image}: Armada job {job_id} succeeded but the registry at {props['registryUrl']} "
+                                  f"has no tag {tag} in {repository}: did the job push to {props.get('pushRef')}?")
+        return {**props, "digest": digest, "ref": image_ref(props["pullHost"], repository, tag, digest), "jobId": job_id}
+
+    def _upload_context(self, props: dict, registry) -> None:
+        from components import build_context
+
+        context = Path(props["contextDir"])
+        tar = build_context.context_tar(context, props["dockerfileText"])
+        digest = build_context.context_digest(tar)
+        if digest != props["contextDigest"]:
+            raise BuildFailed(
+                f"the build context {context} changed after the program computed its digest (now {digest}, the job "
+                f"expects {props['contextDigest']}); run `pulumi up` again"
+            )
+        repository, tag = context_repository_of(props), props["contentTag"]
+        blobs = [(build_context.descriptor(build_context.OCI_EMPTY, build_context.EMPTY_CONFIG)["digest"],
+                  build_context.EMPTY_CONFIG), (digest, tar)]
+        for blob_digest, data in blobs:
+            if registry.blob_exists(repository, blob_digest):
+                continue
+            registry.upload_blob(repository, blob_digest, data)
+            if blob_digest == digest:
+                log(f"{repository}: uploaded the build context ({len(tar)} bytes, {digest})")
+        manifest = build_context.context_manifest(digest, len(tar))
+        registry.put_manifest(repository, tag, manifest, build_context.OCI_MANIFEST)
+
+    def _run_job(self, props: dict) -> str:
+        from components.armada.jobs_api import FAILED_STATES, SUCCEEDED, failure_reason
+
+        timeout, poll = float(props["timeoutSeconds"]), float(props["pollSeconds"])
+        deadline = time.monotonic() + timeout
+        image = f"{props['repository']}:{props['contentTag']}"
+        client = _jobs(props, wait=min(CONNECT_WAIT_SECONDS, timeout))
+        queue, job_set = props["queue"], props["jobSetId"]
+        (job_id,) = client.submit(queue, job_set, [props["jobItem"]])
+        log(f"{image}: submitted Armada job {job_id} (queue {queue}, job set {job_set})")
+        state, last_error = None, None
+        while True:
+            try:
+                current = client.status([job_id])[job_id]
+                last_error = None
+            except Exception as error:  # noqa: BLE001 - a blip while polling is not a failed build
+                current, last_error = state, error
+                log(f"{image}: cannot read job {job_id}'s state yet: {error}", "warn")
+            if current != state and current is not None:
+                log(f"{image}: job {job_id} is {current}")
+                state = current
+            if state == SUCCEEDED:
+                return job_id
+            if state in FAILED_STATES:
+                raise BuildFailed(self._failure_text(props, client, job_id, state, failure_reason))
+            if time.monotonic() + poll > deadline:
+                break
+            time.sleep(poll)
+        cancelled = ""
+        try:
+            client.cancel(queue, job_set, job_id, f"pulumi up gave up after {timeout:g} s")
+            cancelled = "; it was cancelled"
+        except Exception as error:  # noqa: BLE001 - best effort
+            cancelled = f"; cancelling it failed ({error})"
+        why = f" (last poll failed: {last_error})" if last_error else ""
+        raise BuildFailed(
+            f"{image}: timed out after {timeout:g} s (timeoutSeconds) waiting for Armada job {job_id} in queue "
+            f"{queue}, last state {state or 'not known'}{why}{cancelled}. Watch it with lookout or "
+            f"`armadactl watch {queue} {job_set}` (docs/builds.md, a stuck job)"
+        )
+
+    def _failure_text(self, props: dict, client, job_id: str, state: str, failure_reason) -> str:
+        image = f"{props['repository']}:{props['contentTag']}"
+        parts = [f"{image}: Armada job {job_id} {state}"]
+        try:
+            text = client.errors([job_id])[job_id]
+        except Exception as error:  # noqa: BLE001 - still report the failure
+            text = f"(reading /v1/job/errors failed: {error})"
+        if not text.strip():
+            try:  # the error may not be in lookout yet: the job set's failed event has the reason
+                text = failure_reason(client.job_set_events(props["queue"], props["jobSetId"]), job_id) or ""
+            except Exception:  # noqa: BLE001
+                text = ""
+        parts.append(f"job error:\n{text.strip() or '(Armada recorded no error text)'}")
+        if props.get("binocularsUrl"):
+            parts.append(self._logs(props, job_id))
+        return "\n".join(parts)
+
+    def _logs(self, props: dict, job_id: str) -> str:
+        from components.armada.jobs_api import BinocularsClient
+
+        headers = {"Authorization": props["armadaAuthorization"]} if props.get("armadaAuthorization") else {}
+        try:
+            lines = BinocularsClient(props["binocularsUrl"], timeout=REQUEST_TIMEOUT_SECONDS, headers=headers).logs(
+                job_id, props["jobItem"].get("namespace", ""), LOG_TAIL_LINES)
+        except Exception as error:  # noqa: BLE001 - the job error is reported anyway
+            return f"pod log: not available ({error})"
+        return f"pod log (last {LOG_TAIL_LINES} lines):\n" + "\n".join(lines)
+
+
+# --- the component ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntityBuildArgs:
+    """One entity's in-cluster build: what to build, where the job runs, where the image goes."""
+
+    context_dir: str
+    """Build context directory relative to the program's working directory (infra/), as
+    EntityImageArgs.context; the provider re-reads it at create."""
+    dockerfile_text: str
+    content_tag: str
+    """The image tag: `entity_image.content_tag(context, dockerfile_text)`."""
+    context_digest: str
+    """`build_context.context_digest(build_context.context_tar(context, dockerfile_text))`."""
+    repository: str
+    """The image's repository below the registry host, e.g. `shop/cart`."""
+    context_repository: str
+    """Where the context artifact goes: `build_context.context_repository(prefix, project, entity)`;
+    must be the repository of the job item's `cloudstation.io/build-context` annotation."""
+    push_ref: str
+    """`<in-cluster registry host>/<repository>:<tag>`, the job's push target (for messages)."""
+    pull_host: str
+    """host[:port] the kubelet pulls from (the `ref` output names it)."""
+    registry_url: str
+    """`http(s)://host[:port]` of the registry API as `pulumi up` reaches it."""
+    registry_authorization: pulumi.Input[str]
+    """`Basic <base64 user:password>` for the registry API (a secret)."""
+    armada_url: str
+    """`http(s)://host[:port]` of Armada's REST API as `pulumi up` reaches it."""
+    armada_authorization: pulumi.Input[str]
+    """`Basic <base64 user:password>` of the Armada user that submits (a secret)."""
+    queue: str
+    """`<project>-builds`."""
+    job_set_id: str
+    """`<project>-<stack>`."""
+    job_item: pulumi.Input[dict]
+    """The `apiJobSubmitRequestItem` (components/build_job.py), pod spec included."""
+    builder: dict = field(default_factory=dict)
+    """Settings whose change rebuilds (builder image, resources, ...)."""
+    timeout_seconds: int = 1800
+    poll_seconds: float = 5
+    binoculars_url: str = ""
+    """Binoculars' REST URL, to add the pod's log to a failed build's error ("" for none)."""
+
+
+def build_props(args: EntityBuildArgs) -> dict:
+    """The dynamic resource's inputs (names as in the issue 13 contract, seam 4)."""
+    props = {
+        "contentTag": args.content_tag,
+        "contextDigest": args.context_digest,
+        "contextDir": args.context_dir,
+        "dockerfileText": args.dockerfile_text,
+        "repository": args.repository,
+        "contextRepository": args.context_repository,
+        "pushRef": args.push_ref,
+        "pullHost": args.pull_host,
+        "registryUrl": args.registry_url,
+        "registryAuthorization": pulumi.Output.secret(args.registry_authorization),
+        "armadaUrl": args.armada_url,
+        "armadaAuthorization": pulumi.Output.secret(args.armada_authorization),
+        "queue": args.queue,
+        "jobSetId": args.job_set_id,
+        "jobItem": args.job_item,
+        "builder": args.builder,
+        "timeoutSeconds": args.timeout_seconds,
+        "pollSeconds": args.poll_seconds,
+    }
+    if args.binoculars_url:
+        props["binocularsUrl"] = args.binoculars_url
+    return props
+
+
+class EntityBuildResource(dynamic.Resource, module="builds", name="EntityBuild"):
+    """The dynamic resource (type `pulumi-python:dynamic/builds:EntityBuild`)."""
+
+    # Attributes named as the outputs (dynamic resources translate no property names).
+    digest: pulumi.Output[str]
+    ref: pulumi.Output[str]
+    jobId: pulumi.Output[str]
+
+    def __init__(self, name: str, props: dict, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(EntityBuildProvider(), name, {**props, "digest": None, "ref": None, "jobId": None}, opts)
+
+
+class EntityBuild(Component):
+    """An entity image built in the cluster. Outputs: `ref` (digest-pinned, as EntityImage.ref)
+    and `digest`."""
+
+    def __init__(self, name: str, args: EntityBuildArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("cloudstation:builds:EntityBuild", name, None, opts)
+        build = EntityBuildResource(f"{name}-build", build_props(args), self.child_opts())
+        self.ref: pulumi.Output[str] = build.ref
+        self.digest: pulumi.Output[str] = build.digest
+        self.job_id: pulumi.Output[str] = build.jobId
+        self.register_outputs({"ref": self.ref, "digest": self.digest})

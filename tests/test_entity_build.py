@@ -1,0 +1,507 @@
+"""The in-cluster build's Pulumi side (issue 13 item 4): the deterministic context tar
+(components/build_context.py), the Armada jobs client (components/armada/jobs_api.py) and the
+EntityBuild provider (components/entity_build.py), against a real docker-registry and a stand-in
+Armada that records every request."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+import requests
+
+from components import build_context, entity_build
+from components.armada.jobs_api import JOB_STATES, JobsApiError, JobsClient, state_name
+from components.entity_build import BuildFailed, EntityBuildProvider
+from components.entity_image import content_tag, context_files
+from components.registry_api import Credentials
+from tests.registry_server import CountingProxy, build_oci_image, free_port, registry  # noqa: F401 (fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+ARMADA_AUTH = "Basic " + base64.b64encode(b"cloudstation-builds:armada-pw").decode()
+DOCKERFILE_TEXT = "FROM node:20\nCOPY . .\nRUN node --test\n"
+QUEUE, JOB_SET = "shop-builds", "shop-test"
+
+
+# --- a stand-in Armada --------------------------------------------------------------------------
+
+
+class StubArmada:
+    """Records every request (method, path, JSON body, Authorization); answers submit with one job
+    id (after `on_submit`, e.g. the executor's push), status from the `states` script (as gateway
+    numbers, as the real JSONBuiltin gateway sends them; the last state repeats), errors with
+    `error_text`, binoculars' log with `log_lines`."""
+
+    JOB_ID = "01hz0000000000000000000001"
+
+    def __init__(self, states=("UNKNOWN", "QUEUED", "RUNNING", "SUCCEEDED"), error_text: str = "",
+                 on_submit: Optional[Callable[[dict], None]] = None, log_lines=()):
+        self.states, self.error_text, self.on_submit, self.log_lines = list(states), error_text, on_submit, list(log_lines)
+        self.requests: list[tuple[str, str, Optional[dict], Optional[str]]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.loads(raw) if raw else None
+                stub.requests.append(("POST", self.path, body, self.headers.get("Authorization")))
+                answer = stub.answer(self.path, body)
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def answer(self, path: str, body: Optional[dict]) -> dict:
+        if path == "/v1/job/submit":
+            if self.on_submit:
+                self.on_submit(body)
+            return {"jobResponseItems": [{"jobId": self.JOB_ID}]}
+        if path == "/v1/job/status":
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            return {"jobStates": {job_id: JOB_STATES.index(state) for job_id in body["jobIds"]}}
+        if path == "/v1/job/errors":
+            return {"jobErrors": {job_id: self.error_text for job_id in body["jobIds"]}}
+        if path == "/v1/binoculars/log":
+            return {"log": [{"timestamp": "2026-01-01T00:00:00Z", "line": line} for line in self.log_lines]}
+        return {}
+
+    def paths(self, path: str) -> list[dict]:
+        return [body for _method, seen, body, _auth in self.requests if seen == path]
+
+    def __enter__(self) -> "StubArmada":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def make_context(directory: Path, extra: str = "") -> Path:
+    """A small JavaScript entity: sources, a test, an executable script, a symlink, a long and a
+    non-ASCII name, a file its .dockerignore drops, and its own Dockerfile (replaced by the text)."""
+    (directory / "src").mkdir(parents=True, exist_ok=True)
+    (directory / "node_modules" / "x").mkdir(parents=True, exist_ok=True)
+    (directory / "src" / "index.js").write_text("module.exports = 1;\n" + extra)
+    (directory / "src" / "index.test.js").write_text("require('node:test');\n")
+    (directory / "run.sh").write_text("#!/bin/sh\nexec node .\n")
+    (directory / "run.sh").chmod(0o755)
+    (directory / ("deep-" + "d" * 60) / ("n" * 90)).mkdir(parents=True, exist_ok=True)
+    (directory / ("deep-" + "d" * 60) / ("n" * 90) / "file.txt").write_text("long path\n")
+    (directory / "données.txt").write_text("é\n")
+    (directory / "node_modules" / "x" / "index.js").write_text("ignored\n")
+    (directory / ".dockerignore").write_text("node_modules\n")
+    (directory / "Dockerfile").write_text("FROM something-else\n")
+    if not (directory / "current").is_symlink():
+        os.symlink("src/index.js", directory / "current")
+    return directory
+
+
+def job_item(context_repository: str, digest: str, tag: str, namespace: str = "cloudstation-builds") -> dict:
+    return {
+        "namespace": namespace,
+        "priority": 1,
+        "labels": {"cloudstation.io/project": "shop", "cloudstation.io/entity": "cart", "cloudstation.io/content-tag": tag},
+        "annotations": {
+            "cloudstation.io/build-context": f"registry.cloudstation-registry.svc:5000/{context_repository}@{digest}",
+            "cloudstation.io/build-image": f"registry.cloudstation-registry.svc:5000/shop/cart:{tag}",
+        },
+        "podSpec": {"restartPolicy": "Never", "containers": [{"name": "build", "image": "builder@sha256:" + "a" * 64}]},
+    }
+
+
+def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: str, **overrides) -> dict:
+    tar = build_context.context_tar(context, DOCKERFILE_TEXT)
+    digest, tag = build_context.context_digest(tar), content_tag(context, DOCKERFILE_TEXT)
+    context_repository = build_context.context_repository("", "shop", "cart")
+    props = {
+        "contentTag": tag, "contextDigest": digest, "contextDir": str(context), "dockerfileText": DOCKERFILE_TEXT,
+        "repository": "shop/cart", "contextRepository": context_repository,
+        "pushRef": f"registry.cloudstation-registry.svc:5000/shop/cart:{tag}", "pullHost": "localhost:32000",
+        "registryUrl": registry_url, "registryAuthorization": registry_auth,
+        "armadaUrl": armada_url, "armadaAuthorization": ARMADA_AUTH, "queue": QUEUE, "jobSetId": JOB_SET,
+        "jobItem": job_item(context_repository, digest, tag), "builder": {"image": "builder@sha256:" + "a" * 64},
+        "timeoutSeconds": 20, "pollSeconds": 0.05,
+    }
+    return {**props, **overrides}
+
+
+def basic(registry) -> str:
+    return Credentials(registry.username, registry.password).basic()
+
+
+def push_image(registry, tmp_path: Path, repository: str, tag: str, payload: bytes = b"image") -> str:
+    return registry.push(build_oci_image(tmp_path / f"layout-{tag}", tag, payload), repository, tag)
+
+
+@pytest.fixture
+def logged(monkeypatch) -> list[str]:
+    """What the provider sends through pulumi.log (info and warn)."""
+    messages: list[str] = []
+    monkeypatch.setattr(entity_build.pulumi.log, "info", lambda message, *a, **k: messages.append(message))
+    monkeypatch.setattr(entity_build.pulumi.log, "warn", lambda message, *a, **k: messages.append("warn: " + message))
+    return messages
+
+
+# --- the context tar ------------------------------------------------------------------------------
+
+
+def _members(tar: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        return archive.getmembers()
+
+
+def test_context_tar_is_exactly_the_hashed_files_plus_the_dockerfile(tmp_path):
+    context = make_context(tmp_path / "cart")
+    tar = build_context.context_tar(context, DOCKERFILE_TEXT)
+    members = _members(tar)
+    expected = sorted({*context_files(context), "Dockerfile"})
+    assert [m.name for m in members] == expected
+    assert "node_modules/x/index.js" not in expected and ".dockerignore" in expected  # the ignore rules applied
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        for member in members:
+            if member.name == "Dockerfile":
+                assert archive.extractfile(member).read() == DOCKERFILE_TEXT.encode()  # the text, not the kept file
+            elif member.issym():
+                assert member.linkname == os.readlink(context / member.name) and member.mode == 0o755
+            else:
+                assert member.isfile() and archive.extractfile(member).read() == (context / member.name).read_bytes()
+                assert member.mode == (0o755 if member.name == "run.sh" else 0o644)
+            assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (0, 0, 0, "", "")
+    assert not any(m.isdir() for m in members)
+    assert tar[257:262] == b"ustar" and not tar.startswith(b"\x1f\x8b")  # a plain tar, not gzip
+    assert build_context.context_digest(tar) == "sha256:" + __import__("hashlib").sha256(tar).hexdigest()
+
+
+def test_context_tar_is_the_same_bytes_whatever_the_mtime_umask_owner_or_creation_order(tmp_path):
+    first = make_context(tmp_path / "a")
+    reference = build_context.context_tar(first, DOCKERFILE_TEXT)
+    assert build_context.context_tar(first, DOCKERFILE_TEXT) == reference  # twice: same bytes
+
+    # The same files made in another order, with other times, permissions (umask) and owner.
+    old = os.umask(0o077)
+    try:
+        second = tmp_path / "b"
+        (second / "src").mkdir(parents=True)
+        (second / "src" / "index.test.js").write_text("require('node:test');\n")
+        make_context(second)
+    finally:
+        os.umask(old)
+    (second / "run.sh").chmod(0o700)  # still executable, other bits differ
+    (second / "src" / "index.js").chmod(0o600)
+    for path in second.rglob("*"):
+        os.utime(path, (1_700_000_000, 1_700_000_000), follow_symlinks=False)
+        if os.geteuid() == 0:
+            os.lchown(path, 4321, 4321)
+    assert build_context.context_tar(second, DOCKERFILE_TEXT) == reference
+
+    # It can fail: content, the exec bit and the Dockerfile text all change the bytes.
+    (second / "run.sh").chmod(0o600)
+    assert build_context.context_tar(second, DOCKERFILE_TEXT) != reference
+    (second / "run.sh").chmod(0o700)
+    assert build_context.context_tar(second, DOCKERFILE_TEXT + "# x\n") != reference
+    (second / "src" / "index.js").write_text("module.exports = 2;\n")
+    assert build_context.context_tar(second, DOCKERFILE_TEXT) != reference
+
+
+def test_context_manifest_is_an_oci_artifact_with_the_empty_config():
+    tar_digest = "sha256:" + "b" * 64
+    manifest = json.loads(build_context.context_manifest(tar_digest, 10240))
+    assert manifest == {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.cloudstation.build-context.v1",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json",
+                   "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "size": 2},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": tar_digest, "size": 10240}],
+    }
+    assert build_context.context_repository("", "shop", "cart") == "builds/shop/cart"
+    assert build_context.context_repository("team/", "shop", "cart") == "team/builds/shop/cart"
+
+
+# --- the provider against the registry and Armada -------------------------------------------------
+
+
+def test_a_tag_the_registry_has_needs_no_job(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart")
+    with StubArmada() as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        digest = push_image(registry, tmp_path, "shop/cart", props["contentTag"])
+        result = EntityBuildProvider().create(props)
+        assert armada.requests == []
+    assert result.outs["digest"] == digest and result.outs["jobId"] == ""
+    assert result.outs["ref"] == f"localhost:32000/shop/cart:{props['contentTag']}@{digest}"
+    assert result.id == f"shop/cart:{props['contentTag']}"
+    assert registry.digest_of("builds/shop/cart", props["contentTag"]) is None  # nothing uploaded either
+
+
+def test_a_missing_tag_uploads_the_context_submits_one_job_and_reads_the_digest(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v2\n")
+    pushed: dict[str, str] = {}
+    with StubArmada(on_submit=lambda body: pushed.setdefault("digest", push_image(
+            registry, tmp_path, "shop/cart", body["jobRequestItems"][0]["labels"]["cloudstation.io/content-tag"]))) as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        result = EntityBuildProvider().create(props)
+        submits = armada.paths("/v1/job/submit")
+        assert submits == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [props["jobItem"]]}]
+        assert {auth for *_rest, auth in armada.requests} == {ARMADA_AUTH}
+        assert armada.paths("/v1/job/status") and all(b == {"jobIds": [StubArmada.JOB_ID]} for b in armada.paths("/v1/job/status"))
+    assert result.outs["digest"] == pushed["digest"] == registry.digest_of("shop/cart", props["contentTag"])
+    assert result.outs["jobId"] == StubArmada.JOB_ID
+    # The context artifact: the tagged manifest names the tar, and the blob is the tar.
+    session = requests.Session()
+    manifest = session.get(f"{registry.url}/v2/builds/shop/cart/manifests/{props['contentTag']}", auth=registry.auth,
+                           headers={"Accept": build_context.OCI_MANIFEST}).json()
+    assert manifest["artifactType"] == build_context.CONTEXT_ARTIFACT_TYPE
+    assert manifest["layers"][0]["digest"] == props["contextDigest"]
+    blob = session.get(f"{registry.url}/v2/builds/shop/cart/blobs/{props['contextDigest']}", auth=registry.auth).content
+    assert blob == build_context.context_tar(context, DOCKERFILE_TEXT)
+    # Progress went through pulumi.log: the submission and each state change once.
+    assert any("submitted Armada job" in m for m in logged)
+    states = [m.rsplit(" is ", 1)[1] for m in logged if f"job {StubArmada.JOB_ID} is " in m]
+    assert states == ["UNKNOWN", "QUEUED", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_context_already_in_the_registry_is_not_uploaded_again(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v3\n")
+    with CountingProxy(registry.url) as proxy:
+        with StubArmada(states=("FAILED",), error_text="flaky node") as armada:  # the first attempt fails
+            props = props_for(context, proxy.url, basic(registry), armada.url)
+            with pytest.raises(BuildFailed, match="flaky node"):
+                EntityBuildProvider().create(props)
+        first, sent_first = proxy.reset()
+        assert any(s.method == "PUT" and "/blobs/uploads/" in s.path for s in first)
+        with StubArmada(on_submit=lambda body: push_image(registry, tmp_path, "shop/cart", props["contentTag"])) as armada:
+            props = {**props, "armadaUrl": armada.url}
+            EntityBuildProvider().create(props)
+            assert len(armada.paths("/v1/job/submit")) == 1
+        second, sent_second = proxy.reset()
+    uploads = [s for s in second if "/blobs/uploads/" in s.path]
+    assert uploads == [], uploads
+    assert [s.method for s in second if "/blobs/" in s.path] == ["HEAD", "HEAD"]  # config and tar: both there
+    assert sent_second < sent_first - len(build_context.context_tar(context, DOCKERFILE_TEXT)) + 4096
+
+
+def test_a_failed_job_fails_with_the_job_error_text_and_the_pod_log(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v4\n")
+    output = "not ok 1 - adds an item\n  AssertionError: expected 2 items, got 1\n# fail 1"
+    with StubArmada(states=("QUEUED", "RUNNING", "FAILED"), error_text=output, log_lines=["npm test", "# fail 1"]) as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url, binocularsUrl=armada.url)
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        assert armada.paths("/v1/job/errors") == [{"jobIds": [StubArmada.JOB_ID]}]
+        assert armada.paths("/v1/binoculars/log")[0]["jobId"] == StubArmada.JOB_ID
+    assert output in str(error.value) and f"Armada job {StubArmada.JOB_ID} FAILED" in str(error.value)
+    assert "pod log" in str(error.value) and "# fail 1" in str(error.value)
+    assert registry.digest_of("shop/cart", props["contentTag"]) is None
+
+
+def test_an_unreachable_armada_fails_naming_its_url(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v5\n")
+    url = f"http://127.0.0.1:{free_port()}"
+    props = props_for(context, registry.url, basic(registry), url, timeoutSeconds=1)
+    with pytest.raises(JobsApiError) as error:
+        EntityBuildProvider().create(props)
+    assert f"{url}/v1/job/submit" in str(error.value) and f"reachable at {url}" in str(error.value)
+    assert "armada-pw" not in str(error.value)
+
+
+def test_a_job_that_does_not_finish_in_time_fails_clearly_and_is_cancelled(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v6\n")
+    with StubArmada(states=("RUNNING",)) as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url, timeoutSeconds=1, pollSeconds=0.1)
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        assert armada.paths("/v1/job/cancel") == [
+            {"queue": QUEUE, "jobSetId": JOB_SET, "jobIds": [StubArmada.JOB_ID], "reason": "pulumi up gave up after 1 s"}]
+    assert "timed out after 1 s (timeoutSeconds)" in str(error.value) and "last state RUNNING" in str(error.value)
+    assert "it was cancelled" in str(error.value)
+
+
+def test_a_context_that_changed_since_the_program_ran_submits_nothing(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v7\n")
+    with StubArmada() as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        (context / "src" / "index.js").write_text("changed meanwhile\n")
+        with pytest.raises(BuildFailed, match="changed after the program computed its digest"):
+            EntityBuildProvider().create(props)
+        assert armada.requests == []
+
+
+def test_refresh_checks_the_registry_and_a_gone_tag_reads_as_deleted(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// v8\n")
+    props = props_for(context, registry.url, basic(registry), "http://127.0.0.1:1")
+    digest = push_image(registry, tmp_path, "shop/cart", props["contentTag"], b"v8")
+    outs = {**props, "digest": digest, "ref": "old", "jobId": ""}
+    read = EntityBuildProvider().read(f"shop/cart:{props['contentTag']}", outs)
+    assert read.id == f"shop/cart:{props['contentTag']}" and read.outs["digest"] == digest
+    assert read.outs["ref"].endswith(f":{props['contentTag']}@{digest}")
+    deleted = requests.delete(f"{registry.url}/v2/shop/cart/manifests/{digest}", auth=registry.auth)
+    assert deleted.status_code == 202
+    gone = EntityBuildProvider().read(f"shop/cart:{props['contentTag']}", outs)
+    assert gone.id == "" and gone.outs == {}  # the engine drops it; the next `pulumi up` rebuilds
+    assert any("no longer in the registry" in m for m in logged)
+
+
+def test_delete_removes_nothing(tmp_path):
+    # Every URL points at a closed port: any request would raise.
+    props = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:1")
+    assert EntityBuildProvider().delete("shop/cart:x", props) is None
+
+
+# --- check, diff, preview ----------------------------------------------------------------------
+
+
+def test_diff_replaces_only_on_the_content_tag_or_the_builder(tmp_path):
+    old = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:2")
+    provider = EntityBuildProvider()
+    for key, value in [("registryUrl", "https://registry.example"), ("armadaUrl", "https://armada.example"),
+                       ("registryAuthorization", "Basic b3RoZXI6cHc="), ("armadaAuthorization", "Basic b3RoZXI6cHc="),
+                       ("timeoutSeconds", 99), ("pollSeconds", 9), ("jobSetId", "shop-other"),
+                       ("jobItem", {**old["jobItem"], "priority": 2}), ("contextDir", "../elsewhere")]:
+        diff = provider.diff("id", old, {**old, key: value})
+        assert diff.changes is False and diff.replaces == [], key
+    for key, value in [("contentTag", "f" * 32), ("builder", {"image": "builder@sha256:" + "c" * 64})]:
+        diff = provider.diff("id", old, {**old, key: value})
+        assert diff.changes is True and diff.replaces == [key] and diff.delete_before_replace is False
+
+
+def test_check_reports_bad_inputs_and_accepts_a_previews_unknowns(tmp_path):
+    from pulumi.runtime import rpc
+
+    good = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:2")
+    provider = EntityBuildProvider()
+    assert provider.check({}, good).failures == []
+    unknown = {**good, "contentTag": rpc.UNKNOWN, "contextDigest": rpc.UNKNOWN, "jobItem": rpc.UNKNOWN,
+               "armadaAuthorization": rpc.UNKNOWN}
+    assert provider.check({}, unknown).failures == []
+    other = {**good["jobItem"], "annotations": {**good["jobItem"]["annotations"],
+                                                 "cloudstation.io/build-context": "r:5000/builds/shop/cart@sha256:" + "9" * 64}}
+    bad = {**good, "jobItem": other, "armadaUrl": "armada:8080", "timeoutSeconds": 0, "contextDigest": "sha256:x"}
+    failures = {f.property: f.reason for f in provider.check({}, bad).failures}
+    assert set(failures) == {"armadaUrl", "timeoutSeconds", "contextDigest", "jobItem"}
+    assert "must be http(s)://host[:port]" in failures["armadaUrl"] and "positive" in failures["timeoutSeconds"]
+    failures = {f.property: f.reason for f in provider.check({}, {**good, "jobItem": other}).failures}
+    assert "the pod would fetch another context" in failures["jobItem"]
+    assert provider.check({}, {k: v for k, v in good.items() if k != "queue"}).failures[0].property == "queue"
+
+
+def test_check_and_diff_make_no_request(tmp_path):
+    """A preview runs only Check and Diff (see the next test): neither may reach the registry or Armada."""
+    with StubArmada() as armada, CountingProxy(armada.url) as registry_front:
+        props = props_for(make_context(tmp_path / "cart"), registry_front.url, "Basic eDp5", armada.url)
+        provider = EntityBuildProvider()
+        provider.check({}, props)
+        provider.diff("id", props, {**props, "contentTag": "e" * 32})
+        assert armada.requests == [] and registry_front.seen == []
+
+
+def test_the_pinned_dynamic_provider_host_does_not_support_preview():
+    """Preview submits nothing because the engine never calls a dynamic provider's Create or Update
+    in a preview: the host's Configure answers without supportsPreview (pulumi 3.272.0
+    sdk/python/lib/pulumi/dynamic/__main__.py), and the engine then returns the inputs itself
+    (pulumi/pulumi pkg/resource/plugin/provider_plugin.go Create/Update). Fails if that changes."""
+    import runpy
+    from unittest import mock
+
+    from pulumi.runtime.proto import provider_pb2
+
+    with mock.patch("grpc.server"), mock.patch("threading.Event.wait", side_effect=KeyboardInterrupt), \
+            mock.patch("sys.stdout") as stdout:
+        stdout.buffer.write = lambda _b: None
+        host = runpy.run_module("pulumi.dynamic.__main__", run_name="dynamic_host")
+    servicer = host["DynamicResourceProviderServicer"]()
+    answer = servicer.Configure(provider_pb2.ConfigureRequest(), None)
+    assert answer.supportsPreview is False and answer.acceptSecrets is False
+
+
+def test_the_provider_survives_pulumi_serialization_and_runs_from_infra(registry, tmp_path):
+    """Pulumi pickles the provider and runs it in its own process in the program's directory
+    (infra/), where `components` is not importable."""
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    serialized = serialize_provider(EntityBuildProvider())
+    assert serialized == serialize_provider(EntityBuildProvider())  # deterministic: no spurious diffs
+    context = make_context(tmp_path / "cart", extra="// v9\n")
+    props = props_for(context, registry.url, basic(registry), "http://127.0.0.1:1")
+    digest = push_image(registry, tmp_path, "shop/cart", props["contentTag"], b"v9")
+    script = (
+        "import base64, json, sys, dill\n"
+        "assert 'components' not in sys.modules\n"
+        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
+        "print(provider.create(json.loads(sys.argv[2])).outs['digest'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script, serialized, json.dumps(props)],
+                            cwd=ROOT / "infra", env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == digest
+
+
+def test_logging_outside_an_engine_never_fails_a_build(monkeypatch, capsys):
+    def broken(*_a, **_k):
+        raise RuntimeError("no engine")
+
+    monkeypatch.setattr(entity_build.pulumi.log, "info", broken)
+    entity_build.log("job is RUNNING")
+    assert "info: job is RUNNING" in capsys.readouterr().err
+
+
+# --- the jobs client ------------------------------------------------------------------------------
+
+
+def test_job_states_are_read_as_the_gateway_sends_them():
+    # JSONBuiltin sends enum numbers; the swagger documents names: both mean the same state.
+    assert [state_name(i) for i in range(len(JOB_STATES))] == list(JOB_STATES)
+    assert state_name("FAILED") == "FAILED" and state_name(42) == "UNKNOWN" and state_name(None) == "UNKNOWN"
+    assert JOB_STATES.index("SUCCEEDED") == 3 and JOB_STATES.index("FAILED") == 4  # submit.proto enum JobState
+
+
+def test_a_submission_is_not_repeated_after_the_server_may_have_seen_it():
+    with StubArmada() as armada:
+        armada.answer = lambda path, body: (_ for _ in ()).throw(ConnectionResetError())  # drop mid-answer
+        client = JobsClient(armada.url, timeout=2, wait_seconds=5, retry_interval=0.05)
+        with pytest.raises(JobsApiError):
+            client.submit(QUEUE, JOB_SET, [{"podSpec": {}}])
+        assert len(armada.paths("/v1/job/submit")) == 1
+
+
+def test_job_set_events_are_read_from_the_ndjson_stream():
+    from components.armada.jobs_api import failure_reason
+    from tests.registry_server import ScriptedServer
+
+    lines = [
+        {"result": {"id": "1-0", "message": {"submitted": {"jobId": "j1", "queue": QUEUE}}}},
+        {"result": {"id": "2-0", "message": {"failed": {"jobId": "j1", "reason": "test failed: 1 of 3"}}}},
+    ]
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, body)) as server:
+        events = JobsClient(server.url).job_set_events(QUEUE, JOB_SET)
+        assert server.seen[0].path == f"/v1/job-set/{QUEUE}/{JOB_SET}"
+    assert [e["id"] for e in events] == ["1-0", "2-0"]
+    assert failure_reason(events, "j1") == "test failed: 1 of 3" and failure_reason(events, "j2") is None
+    error = body + json.dumps({"error": {"grpc_code": 5, "message": "job set not found"}}).encode() + b"\n"
+    with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, error)) as server:
+        with pytest.raises(JobsApiError, match="job set not found"):
+            JobsClient(server.url).job_set_events(QUEUE, JOB_SET)
