@@ -17,7 +17,7 @@ import yaml
 from components.armada.auth import ArmadaAuth, ArmadaAuthArgs, ServiceCredentials
 from components.armada.binoculars import Binoculars
 from components.armada.cluster import ClusterPrerequisites, ClusterPrerequisitesArgs, service_account_user
-from components.armada.config import LOOKOUT_PORTS, SERVER_PORTS, Endpoints, armadactl_config, executor_name
+from components.armada.config import LOOKOUT_PORTS, SERVER_PORTS, Endpoints, TrustedCa, armadactl_config, executor_name
 from components.armada.event_ingester import EventIngester
 from components.armada.executor import Executor, ExecutorArgs
 from components.armada.lookout import Lookout
@@ -27,13 +27,16 @@ from components.armada.scheduler import Scheduler
 from components.armada.scheduler_ingester import SchedulerIngester
 from components.armada.server import Server
 from components.armada.service import ArmadaArgs
+from components.armada.settings import EXECUTOR_PASSWORD_KEY
 from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
+from components.network import Endpoint, any_address, ip_blocks
 from components.postgres import Postgres, PostgresArgs
 from components.postgres_backup import backup_for
 from components.pulsar import Pulsar, PulsarArgs
 from components.redis import Redis, RedisArgs
 from infra import monitoring
+from infra.config import PROJECT
 from infra.versions import image
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     armada = config.platform.armada
     if not armada.enabled:
         return {}
+    if armada.mode == "executor-only":
+        return deploy_worker(stack)
     mirror = config.platform.image_mirror
     namespace = Namespace("armada", NamespaceArgs(name=armada.namespace), stack.opts)
     job_namespaces = [
@@ -91,6 +96,10 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         pulsar_endpoint=pulsar.endpoint,
         pulsar_admin_endpoint=pulsar.admin_endpoint,
         kubernetes_api=config.platform.kubernetes_api,
+        # With workers the scheduler serves TLS (its certificate and CA from one Secret), to this
+        # stack's server and executors too (docs/armada.md "Worker clusters").
+        **({"scheduler_tls_secret": armada.executor_api.tls_secret,
+            "scheduler_ca": TrustedCa(secret=armada.executor_api.tls_secret)} if armada.serves_remote_executors else {}),
     )
 
     # Generated users and passwords of every caller of the server and scheduler, in Secrets
@@ -179,11 +188,83 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             sort_keys=False,
         )
     )
+    workers = {}
+    if armada.serves_remote_executors:
+        api = armada.executor_api
+        workers = {
+            "armadaExecutorApi": pulumi.Output.from_input(f"{api.host}:{api.port}"),
+            "armadaWorkers": pulumi.Output.from_input({
+                w.name: {"secret": auth.workers[w.name], "pool": w.pool, "clusterId": w.id} for w in armada.workers
+            }),
+        }
     return {
+        **workers,
         "armadaNamespace": namespace.name,
         "armadaApiGrpc": grpc_address,
         "armadaApiRest": rest_url,
         "armadaLookoutUrl": lookout_url,
         "armadactlConfig": armadactl,
         "armadaQueues": queue_names,
+    }
+
+
+def deploy_worker(stack: "StackContext") -> dict[str, pulumi.Output]:
+    """An executor-only stack (a worker cluster): the executor, its job namespaces and the
+    cluster prerequisites it needs (PriorityClasses: the job pods name them, and the API server
+    refuses a pod whose class does not exist; its roles and admission policy). Its scheduler is
+    the main stack's, reached over TLS at `remoteScheduler.address`; no store, server or queue."""
+    config = stack.config
+    armada = config.platform.armada
+    remote = armada.remote_scheduler
+    namespace = Namespace("armada", NamespaceArgs(name=armada.namespace), stack.opts)
+    job_namespaces = [
+        Namespace(
+            f"armada-jobs-{name}",
+            NamespaceArgs(name=name, pod_security=armada.job_namespace_pod_security),
+            stack.opts,
+        )
+        for name in armada.job_namespaces
+    ]
+    opts = pulumi.ResourceOptions(provider=stack.provider, depends_on=[namespace])
+    endpoints = Endpoints(
+        namespace=armada.namespace,
+        postgres_host=None,
+        postgres_port=None,
+        redis_address=None,
+        pulsar_url=None,
+        kubernetes_api=config.platform.kubernetes_api,
+        scheduler_address=remote.address,
+        scheduler_endpoint=Endpoint(ports=(remote.port,), peers=tuple(any_address() if remote.allow_any_address else ip_blocks(remote.cidrs))),
+        # caCertificate becomes the executor's own ConfigMap (components/armada/executor.py).
+        scheduler_ca=TrustedCa(secret=remote.ca_secret, only=True) if remote.ca_secret else None,
+    )
+    [executor] = armada.executors
+    cluster = ClusterPrerequisites(
+        "armada-cluster",
+        ClusterPrerequisitesArgs(
+            priority_classes=armada.priority_classes,
+            binoculars=False,
+            executor_users=[service_account_user(armada.namespace, executor_name(executor))],
+            job_namespaces=armada.job_namespaces,
+            job_service_account=armada.job_service_account,
+        ),
+        pulumi.ResourceOptions(provider=stack.provider, depends_on=job_namespaces),
+    )
+    component = Executor(
+        f"armada-executor-{executor.name}",
+        ExecutorArgs(
+            config=armada,
+            endpoints=endpoints,
+            image=image("armada-executor", config.platform.image_mirror),
+            start_after=(*cluster.resources, *job_namespaces),
+            executor=executor,
+            remote_password=pulumi.Config(PROJECT).require_secret(EXECUTOR_PASSWORD_KEY),
+            remote_ca_certificate=remote.ca_certificate,
+        ),
+        opts,
+    )
+    return {
+        "armadaNamespace": namespace.name,
+        "armadaExecutor": component.service_name,
+        "armadaScheduler": pulumi.Output.from_input(remote.address),
     }

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     config = stack.config
+    if not config.projects:
+        return {}  # an Armada worker stack (platform.armada.mode: executor-only) without projects
     platform = config.platform
     environment = config.environment.value
     # "restricted": it holds the registry, its credentials and the operator, all restricted; the

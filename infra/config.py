@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError, Validati
 
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
-from components.armada.settings import ArmadaConfig
+from components.armada.settings import EXECUTOR_PASSWORD_KEY, ArmadaConfig
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
 from components.cloudstate_operator import CloudStateArgs
@@ -45,6 +45,8 @@ SECRET_KEYS: dict[str, str] = {}
 """`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
 SECRET_KEYS[REGISTRY_PASSWORD_KEY] = "password or token of the external registry (platform.registry.mode: external)"
 SECRET_KEYS[QUEUE_API_PASSWORD_KEY] = "password of platform.armada.queueApi.username (Armada queue API basic auth)"
+SECRET_KEYS[EXECUTOR_PASSWORD_KEY] = ("an executor-only stack's executor password at the main scheduler "
+                                      "(the main stack's Secret armada-worker-<name>, platform.armada.mode: executor-only)")
 
 PROMOTE_HINT = "deploy test (`pulumi up -s test`), then run `python -m infra promote --from test --to prod`"
 """What a prod stack without real images needs (docs/promotion.md)."""
@@ -324,6 +326,16 @@ class PlatformConfig(ConfigModel):
         return self
 
 
+WORKER_UNUSED_PLATFORM_KEYS = (
+    "namespace", "project_state", "registry", "cloudstate", "stores", "project_state_store", "builds",
+)
+"""Platform settings of CloudStation's own services, which a worker stack without projects does not run."""
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump(by_alias=True, mode="json") if isinstance(value, BaseModel) else value
+
+
 class StackConfig(ConfigModel):
     """Everything one stack file configures."""
 
@@ -331,7 +343,30 @@ class StackConfig(ConfigModel):
     """`test` builds entity images from source; `prod` deploys promoted, digest-pinned images only."""
     kubernetes: KubernetesConfig = Field(default={}, validate_default=True)
     platform: PlatformConfig = Field(default={}, validate_default=True)
-    projects: list[ProjectConfig] = Field(min_length=1)
+    projects: list[ProjectConfig]
+    """At least one, except in an Armada worker stack (`platform.armada.mode: executor-only`):
+    `[]` there runs none of CloudStation's own services."""
+
+    @model_validator(mode="after")
+    def _projects_or_worker(self) -> "StackConfig":
+        armada = self.platform.armada
+        worker = armada.enabled and armada.mode == "executor-only"
+        if not self.projects and not worker:
+            raise problem("list should have at least 1 item (only an Armada worker stack, platform.armada.mode: "
+                          "executor-only, may have none)", "projects", [])
+        if worker and not self.projects:
+            # Without projects a worker stack deploys no registry, CloudState or project-state
+            # (infra/cloudstation.py): settings for them would be ignored.
+            unused = sorted(self.platform.model_fields_set & set(WORKER_UNUSED_PLATFORM_KEYS))
+            if unused:
+                field = unused[0]
+                alias = PlatformConfig.model_fields[field].alias or field
+                raise problem(
+                    "an Armada worker stack without projects runs no registry, CloudState or project-state; "
+                    "remove it (or list the projects this cluster also runs)",
+                    f"platform.{alias}", _plain(getattr(self.platform, field)),
+                )
+        return self
 
     @field_validator("projects")
     @classmethod
@@ -459,7 +494,7 @@ def load(
     context["secrets"] = {k.partition(":")[2] for k in raw if k.partition(":")[0] == PROJECT} & set(SECRET_KEYS)
     if context["environment"]:
         context["environment"] = Environment(environment)
-    if context["environment"] == Environment.PROD and require_images and not _has_image(data):
+    if context["environment"] == Environment.PROD and require_images and not _has_image(data) and data.get("projects"):
         # A prod stack before its first promotion: one problem that says what to run, not one per entity.
         context["images_optional"] = True  # reported once above, not per entity
         problems.append(f"{PROJECT}:projects[*].entities[*].image: (not set) — {source} was never promoted: prod "

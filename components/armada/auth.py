@@ -19,6 +19,7 @@ Who is who (each user only in its own group; Armada also puts everyone in `every
 | `cloudstation-scheduler` | server; the other schedulers (more than one replica) | none | read queues; a non-leader asks the leader for scheduling reports (neither needs a permission) |
 | `cloudstation-server` | scheduler | none | scheduling reports (need no permission) |
 | `cloudstation-executor-<name>` | scheduler | `cloudstation-executors` | execute_jobs |
+| `cloudstation-executor-<worker>` (an executor-only stack's, `armada.workers`) | scheduler | `cloudstation-executors` | execute_jobs; its password is in the Secret `armada-worker-<worker>` for the worker stack's `armadaExecutorPassword` |
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import pulumi_random as random
 import yaml
 
 from components.armada.config import armadactl_config
-from components.armada.settings import ADMINS, EXECUTORS, QUEUE_MANAGERS, ArmadaConfig, ExecutorSettings
+from components.armada.settings import ADMINS, EXECUTORS, QUEUE_MANAGERS, ArmadaConfig, ExecutorSettings, WorkerSettings
 from components.component import Component
 from components.k8s import metadata
 
@@ -48,8 +49,15 @@ PASSWORD_LENGTH = 32
 """Letters and digits only: safe in YAML, in a basic-auth pair (no ':') and in a URL."""
 
 
-def executor_user(executor: ExecutorSettings) -> str:
+def executor_user(executor: "ExecutorSettings | WorkerSettings") -> str:
+    """An executor's user at the scheduler: this stack's executors' and the workers' alike."""
     return f"cloudstation-executor-{executor.name}"
+
+
+def worker_secret(worker: WorkerSettings) -> str:
+    """The Secret holding a worker's username and password, for its stack's `armadaExecutorPassword`."""
+    return f"armada-worker-{worker.name}"
+
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ def server_principals(config: ArmadaConfig) -> list[Principal]:
 
 def scheduler_principals(config: ArmadaConfig) -> list[Principal]:
     found = [Principal(SERVER_USER), *(Principal(executor_user(e), (EXECUTORS,)) for e in config.executors)]
+    # Executors of other clusters (executor-only stacks): the same group, so the same permission.
+    found += [Principal(executor_user(w), (EXECUTORS,)) for w in config.workers]
     if config.scheduler.replicas > 1:
         # A non-leader proxies scheduling reports to the leader (config.py leader_election).
         found.append(Principal(SCHEDULER_USER))
@@ -205,6 +215,19 @@ class ArmadaAuth(Component):
         )
         self.queue_user = QUEUES_USER
         self.queue_password = pulumi.Output.secret(generated[QUEUES_USER])
+
+        # Each worker's credentials, read by whoever sets up its stack (docs/armada.md "Worker clusters").
+        self.workers: dict[str, pulumi.Output[str]] = {}
+        for worker in config.workers:
+            user = executor_user(worker)
+            kept = k8s.core.v1.Secret(
+                f"{name}-worker-{worker.name}",
+                metadata=metadata(worker_secret(worker), args.namespace, COMPONENT),
+                type="Opaque",
+                string_data={"username": user, "password": generated[user], "pool": worker.pool, "clusterId": worker.id},
+                opts=child,
+            )
+            self.workers[worker.name] = kept.metadata.name
 
         self.login_secrets: dict[str, pulumi.Output[str]] = {}
         for person in people(config):

@@ -59,6 +59,44 @@ def executor_name(executor: ExecutorSettings) -> str:
     return f"armada-executor-{executor.name}"
 
 
+CA_DIR = "/etc/armada-ca"
+CA_FILE = "ca.crt"
+CERT_DIR = "/certs"
+"""Where the scheduler's serving certificate is mounted (tls.crt, tls.key), as upstream Helm's
+deployment/scheduler/values.yaml `grpc.tls.certPath` / `keyPath` say."""
+
+
+@dataclass(frozen=True)
+class TrustedCa:
+    """A CA bundle the scheduler's TLS clients trust, mounted at CA_DIR/CA_FILE. Armada's client
+    has no CA option: it dials TLS with the system roots (v0.22.7 pkg/client/connection.go
+    transportCredentials, credentials.NewClientTLSFromCert(nil, "")), which Go reads from
+    SSL_CERT_FILE (replacing its default bundle files) and SSL_CERT_DIR (replacing its default
+    directories) (crypto/x509 root_unix.go loadSystemRoots)."""
+
+    secret: Any = None
+    """A Secret holding the bundle at `key`..."""
+    config_map: Any = None
+    """... or a ConfigMap."""
+    key: str = CA_FILE
+    only: bool = False
+    """Trust nothing else (SSL_CERT_DIR too): a remote executor, whose only TLS peer is the
+    scheduler. In-cluster clients keep the image's directory of public roots for their other
+    connections (e.g. PostgreSQL with sslmode verify-full)."""
+
+    def env(self) -> list[dict]:
+        found = [{"name": "SSL_CERT_FILE", "value": f"{CA_DIR}/{CA_FILE}"}]
+        if self.only:
+            found.append({"name": "SSL_CERT_DIR", "value": CA_DIR})
+        return found
+
+    def volume(self) -> dict:
+        items = [{"key": self.key, "path": CA_FILE}]
+        if self.secret is not None:
+            return {"name": "scheduler-ca", "secret": {"secretName": self.secret, "items": items, "defaultMode": 0o444}}
+        return {"name": "scheduler-ca", "configMap": {"name": self.config_map, "items": items, "defaultMode": 0o444}}
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """Where the services and their dependencies are reached; values may be pulumi Outputs."""
@@ -87,6 +125,23 @@ class Endpoints:
     pulsar_admin_endpoint: Optional[Endpoint] = None
     kubernetes_api: Optional[KubernetesApi] = None
     """Where the executors and binoculars reach the API server (platform.kubernetesApi)."""
+    scheduler_address: Optional[str] = None
+    """`host:port` of another stack's scheduler (an executor-only stack); None: this namespace's."""
+    scheduler_endpoint: Optional[Endpoint] = None
+    """The executors' egress to `scheduler_address` (its CIDRs and port)."""
+    scheduler_ca: Optional["TrustedCa"] = None
+    """The CA the scheduler's clients check its certificate against, when it serves TLS."""
+    scheduler_tls_secret: Any = None
+    """The scheduler's own certificate (tls.crt, tls.key), when it serves TLS (armada.workers)."""
+
+    @property
+    def scheduler_tls(self) -> bool:
+        """Whether the scheduler's gRPC connection is TLS: always to another cluster's scheduler,
+        and to this stack's when it serves remote executors."""
+        return self.scheduler_address is not None or self.scheduler_tls_secret is not None
+
+    def scheduler_grpc_address(self) -> str:
+        return self.scheduler_address or self.grpc_address(SCHEDULER, SCHEDULER_PORTS["grpc"])
 
     def grpc_address(self, service: str, port: int) -> str:
         return f"{service_dns(service, self.namespace)}:{port}"
@@ -158,9 +213,10 @@ def server_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         # users and passwords are in the credentials file (components/armada/auth.py).
         "auth": {"anonymousAuth": config.auth.anonymous, "permissionGroupMapping": config.auth.server_mapping()},
         # G1: without forceNoTls the client turns TLS on for any non-localhost address.
+        # With armada.workers the scheduler serves TLS, to this stack's clients too.
         "schedulerApiConnection": {
             "armadaUrl": endpoints.grpc_address(SCHEDULER, SCHEDULER_PORTS["grpc"]),
-            "forceNoTls": True,
+            "forceNoTls": not endpoints.scheduler_tls,
         },
         # G7: the same Redis and db as the event ingester's `redis`.
         **redis_section("eventsApiRedis", endpoints, config.redis_db),
@@ -247,8 +303,9 @@ def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         **postgres_section(endpoints, config.databases.scheduler),
         **pulsar_section(endpoints, {"jobsetEventsTopic": config.topics.events}),
         "scheduling": {
-            # G5: every executor's pool is one of these (checked in settings.py).
-            "pools": [{"name": pool} for pool in scheduler.pools],
+            # G5: every executor's pool is one of these (checked in settings.py), the pools of
+            # the executors on other clusters (armada.workers) included.
+            "pools": [{"name": pool} for pool in config.scheduled_pools],
             # The same numbers become the Kubernetes PriorityClasses (priority_classes.py).
             "priorityClasses": {
                 name: {"priority": pc.priority, "preemptible": pc.preemptible}
@@ -257,6 +314,13 @@ def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
         },
         **leader_election(config, endpoints),
     }
+    if endpoints.scheduler_tls_secret is not None:
+        # Executors of other clusters connect: the one gRPC listener serves TLS (v0.22.7
+        # internal/common/grpc/grpc.go setupTls; the files are re-read every minute by
+        # internal/common/certs/cached_certificate.go, so a renewed certificate needs no restart).
+        generated["grpc"]["tls"] = {
+            "enabled": True, "certPath": f"{CERT_DIR}/tls.crt", "keyPath": f"{CERT_DIR}/tls.key",
+        }
     return _finish(generated, scheduler.extra)
 
 
@@ -282,10 +346,11 @@ def executor_config(config: ArmadaConfig, executor: ExecutorSettings, endpoints:
         "httpPort": EXECUTOR_PORTS["http"],
         "metric": {"port": EXECUTOR_PORTS["metrics"]},
         "application": {"clusterId": executor.cluster_id or executor.name, "pool": executor.pool},
-        # Executors talk to the scheduler, not the server (NOTES §3.1); G1 again.
+        # Executors talk to the scheduler, not the server (NOTES §3.1); G1 again: plaintext only
+        # in the cluster to a scheduler without TLS, never to another cluster's.
         "executorApiConnection": {
-            "armadaUrl": endpoints.grpc_address(SCHEDULER, SCHEDULER_PORTS["grpc"]),
-            "forceNoTls": True,
+            "armadaUrl": endpoints.scheduler_grpc_address(),
+            "forceNoTls": not endpoints.scheduler_tls,
         },
     }
     return _finish(generated, executor.extra)

@@ -11,10 +11,14 @@ from components.armada.config import (
 )
 from components.armada.service import ArmadaArgs, ArmadaService
 from components.armada.workload import COMPONENT, SCHEDULER_CLIENTS, ServiceSpec, TaskSpec, config_args
+from components import network
+from components.armada.settings import ArmadaConfig
 from components.k8s import metadata, selector_labels
 from components.network import any_source, pods
 
 LEADER_ROLE = f"{SCHEDULER}-leader-election"
+EXECUTOR_API = f"{SCHEDULER}-executors"
+"""The Service (and NetworkPolicy) through which executors of other clusters reach the scheduler."""
 LEASE_RULES = [
     # RBAC cannot limit `create` by name (the name is not part of the request's URL), so creating
     # is granted for leases in the Armada namespace; reading and renewing only for the one Lease.
@@ -49,6 +53,8 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         pod_env=[leader_identity_env()] if replicated(args) else [],
         health=True,
         credentials=args.credentials,
+        # With armada.workers its gRPC API serves TLS with this certificate (config.py scheduler_config).
+        tls_secret=args.endpoints.scheduler_tls_secret,
         # More than one replica elect a leader through a Lease on the API server.
         api_access=replicated(args),
         # One replica runs leader.mode standalone: every scheduler process considers itself the
@@ -57,6 +63,36 @@ def scheduler_spec(args: ArmadaArgs) -> ServiceSpec:
         # overlap in a rollout: only the Lease holder schedules.
         single_writer=not replicated(args),
         callers={"grpc": grpc_callers},
+    )
+
+
+def executor_api_service(config: ArmadaConfig, namespace: str) -> dict:
+    """The scheduler's gRPC port for the executors of `workers`, outside the cluster. The client's
+    address is kept (externalTrafficPolicy Local: no SNAT to a node's address), so the NetworkPolicy
+    can admit exactly the workers' CIDRs; a LoadBalancer also limits its sources to them."""
+    api = config.executor_api
+    port: dict = {"name": "grpc", "port": api.port, "targetPort": "grpc", "protocol": "TCP"}
+    if api.node_port is not None:
+        port["nodePort"] = api.node_port
+    spec: dict = {
+        "type": api.service_type,
+        "externalTrafficPolicy": "Local",
+        "selector": selector_labels(SCHEDULER),
+        "ports": [port],
+    }
+    if api.service_type == "LoadBalancer":
+        spec["loadBalancerSourceRanges"] = [str(c) for w in config.workers for c in w.cidrs]
+    return {"metadata": metadata(EXECUTOR_API, namespace, COMPONENT), "spec": spec}
+
+
+def workers_network_policy(config: ArmadaConfig, namespace: str) -> dict:
+    """The scheduler's pods accept the workers' executors (their CIDRs) on the gRPC port, which
+    then serves TLS and checks their basic-auth users; nothing else is opened."""
+    peers = network.ip_blocks([c for w in config.workers for c in w.cidrs])
+    return network.policy(
+        EXECUTOR_API, namespace, COMPONENT,
+        network.spec({"matchLabels": selector_labels(SCHEDULER)},
+                     ingress_rules=[network.ingress(peers, [SCHEDULER_PORTS["grpc"]])]),
     )
 
 
@@ -97,7 +133,8 @@ def pruner_task(args: ArmadaArgs) -> Optional[tuple[TaskSpec, str]]:
 
 
 class Scheduler(ArmadaService):
-    """Outputs: `service_name`; attribute `migration` (the scheduler-database migration Job)."""
+    """Outputs: `service_name`; attributes `migration` (the scheduler-database migration Job) and
+    `executor_api_service` (the Service workers reach it through, or None without workers)."""
 
     def __init__(self, name: str, args: ArmadaArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Scheduler", name, opts)
@@ -119,4 +156,14 @@ class Scheduler(ArmadaService):
             start_after=args.start_after,
             pods_need=lease_access,
         )
+        self.executor_api_service: Optional[pulumi.Output[str]] = None
+        if args.config.serves_remote_executors:
+            namespace = args.endpoints.namespace
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-workers-network-policy", **workers_network_policy(args.config, namespace), opts=self.child_opts()
+            )
+            exposed = k8s.core.v1.Service(
+                f"{name}-executors-svc", **executor_api_service(args.config, namespace), opts=self.child_opts()
+            )
+            self.executor_api_service = exposed.metadata.name
         self.register_outputs({"service_name": self.service_name})

@@ -28,6 +28,7 @@ def server_spec(args: ArmadaArgs) -> ServiceSpec:
         env=[*postgres_env(args.endpoints), *redis_env("eventsApiRedis", args.endpoints)],
         health=True,
         credentials=args.credentials,
+        trust=args.endpoints.scheduler_ca,  # the scheduler serves TLS with armada.workers
         pod_labels=SCHEDULER_CLIENT,  # reports scheduling to the scheduler
         # The user-facing API (armadactl, browsers, queue management), reached through a
         # port-forward (no rule needed) or the Ingress / LoadBalancer sources of

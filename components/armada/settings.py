@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.k8s import Resources
 from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
-from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
-from components.network import Sources
+from components.model import ConfigModel, DnsLabel, ShortDnsLabel, check_mode_keys, problem, problems, unique_names
+from components.network import Cidr, Port, Sources, check_server_addresses
 from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs
 from components.pulsar import PulsarSettings
 from components.redis import RedisSettings
@@ -170,6 +170,9 @@ EVERYONE = "everyone"
 """The group Armada puts every principal in, the anonymous one and the platform's own users
 included (v0.22.7 internal/common/auth/common.go, NewStaticPrincipal)."""
 
+EXECUTOR_PASSWORD_KEY = "armadaExecutorPassword"
+"""Secret config key of an executor-only stack: its executor's password at the main scheduler."""
+
 ADMINS = "armada-admins"
 """The group of the generated `admin` user; the default permission mapping grants it everything."""
 PLATFORM_PREFIX = "cloudstation-"
@@ -304,12 +307,153 @@ class PulsarTopics(ConfigModel):
     """Topic of control-plane events (executor settings, preempt or cancel on an executor or queue)."""
 
 
+SCHEDULER_GRPC_PORT = 50052
+"""The scheduler's gRPC port (components/armada/config.py SCHEDULER_PORTS), the default of the
+port remote executors reach it on."""
+HOST = r"^([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$"
+"""A DNS name or an IPv4 address (what a certificate names and a client dials)."""
+ADDRESS = r"^(?P<host>[A-Za-z0-9][-A-Za-z0-9.]*[A-Za-z0-9]):(?P<port>[0-9]{1,5})$"
+
+
+def _no_localhost(host: str, where: str, value: str) -> None:
+    # Armada's client turns TLS off for any address that contains "localhost" (v0.22.7
+    # pkg/client/connection.go transportCredentials: !ForceNoTls && !strings.Contains(ArmadaUrl,
+    # "localhost")), so such an address would carry the executor's password in plaintext.
+    if "localhost" in host.lower():
+        raise problem(
+            "Armada's client never uses TLS for an address containing 'localhost' (pkg/client/connection.go), "
+            "and credentials must not cross clusters in plaintext; use the name the certificate is for",
+            where, value,
+        )
+
+
+class WorkerSettings(ConfigModel):
+    """An executor on another cluster (its own stack, `armada.mode: executor-only`) that this
+    stack's scheduler accepts: a generated user, its pool, and where it connects from."""
+
+    name: ShortDnsLabel
+    """The worker stack's executor name (its `executors[0].name`); its user at the scheduler is
+    `cloudstation-executor-<name>`, its password in the Secret `armada-worker-<name>`."""
+    pool: DnsLabel
+    """The worker's pool (its `executors[0].pool`); the scheduler schedules it (added to
+    `scheduler.pools`)."""
+    cluster_id: Optional[DnsLabel] = None
+    """The worker's `application.clusterId` (its `executors[0].clusterId`); unset means `name`.
+    Distinct from every other executor's."""
+    cidrs: list[Cidr] = Field(min_length=1)
+    """The addresses the worker's executor connects from, as the scheduler's pods see them (the
+    worker cluster's egress NAT or node addresses); the only sources admitted to the exposed
+    executor API besides this cluster's own clients."""
+
+    @property
+    def id(self) -> str:
+        return self.cluster_id or self.name
+
+
+class ExecutorApiSettings(ConfigModel):
+    """The scheduler's executor API exposed to the executors of `workers`: a Service of type
+    LoadBalancer or NodePort, TLS from a Secret, a NetworkPolicy admitting only the workers' CIDRs."""
+
+    host: str = Field(pattern=HOST, max_length=253)
+    """The DNS name (or IPv4 address) the workers dial; the certificate must name it."""
+    port: Port = SCHEDULER_GRPC_PORT
+    """The Service's port (LoadBalancer)."""
+    service_type: Literal["LoadBalancer", "NodePort"] = "LoadBalancer"
+    """How the Service is reached from the other clusters. Both keep the client's address
+    (`externalTrafficPolicy: Local`), so the NetworkPolicy sees the workers' CIDRs."""
+    node_port: Optional[int] = Field(default=None, ge=30000, le=32767)
+    """With `serviceType: NodePort`: the node port (unset: Kubernetes picks one)."""
+    tls_secret: DnsLabel
+    """A Secret in the Armada namespace with `tls.crt`, `tls.key` and `ca.crt` (cert-manager's
+    Certificate writes exactly these; docs/armada.md "Worker clusters"). The certificate must name
+    `host` and the scheduler's in-cluster name `armada-scheduler.<namespace>.svc`: with workers
+    the scheduler serves TLS to every client, this cluster's server and executors too, which
+    trust `ca.crt`."""
+
+    @field_validator("host")
+    @classmethod
+    def _tls_host(cls, host: str) -> str:
+        _no_localhost(host, "", host)
+        return host
+
+    @model_validator(mode="after")
+    def _node_port_only(self) -> "ExecutorApiSettings":
+        if self.node_port is not None and self.service_type != "NodePort":
+            raise problem("only with serviceType: NodePort", ".nodePort", self.node_port)
+        return self
+
+
+class RemoteSchedulerSettings(ConfigModel):
+    """The main stack's scheduler, as an executor-only stack's executor reaches it (over TLS,
+    with the password of the secret config key `armadaExecutorPassword`)."""
+
+    address: str = Field(pattern=ADDRESS)
+    """`host:port` of the main stack's exposed executor API (its `armada.executorApi.host` and
+    `port`, or a node's address and the node port)."""
+    cidrs: list[Cidr] = []
+    """The addresses `address` resolves to: the executor's NetworkPolicy allows only these."""
+    allow_any_address: bool = False
+    """Opt in to letting the executor connect to ANY address on the port (instead of `cidrs`)."""
+    ca_certificate: Optional[str] = Field(default=None, pattern=r"^\s*-----BEGIN CERTIFICATE-----[\s\S]+-----END CERTIFICATE-----\s*$")
+    """PEM CA bundle the scheduler's certificate is checked against (the main stack's
+    `executorApi.tlsSecret` `ca.crt`); the executor then trusts only it."""
+    ca_secret: Optional[DnsLabel] = None
+    """Instead of `caCertificate`: a Secret in the Armada namespace whose `ca.crt` is the bundle.
+    With neither, the image's public CAs are trusted."""
+
+    @field_validator("address")
+    @classmethod
+    def _port_range(cls, address: str) -> str:
+        host, _, port = address.rpartition(":")
+        if not 1 <= int(port) <= 65535:
+            raise problem("the port must be 1 to 65535")
+        _no_localhost(host, "", address)
+        return address
+
+    @model_validator(mode="after")
+    def _one_ca_and_addresses(self) -> "RemoteSchedulerSettings":
+        if self.ca_certificate is not None and self.ca_secret is not None:
+            raise problem("set caCertificate or caSecret, not both", ".caSecret", self.ca_secret)
+        check_server_addresses([self.host], self.cidrs, self.allow_any_address)
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.address.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
+
+
+EXECUTOR_ONLY_KEYS = ("remote_scheduler",)
+"""What only an executor-only stack sets."""
+FULL_ONLY_KEYS = (
+    "server", "scheduler", "scheduler_ingester", "lookout", "lookout_ingester", "event_ingester", "binoculars",
+    "job_resources", "auth", "user_access", "databases", "topics", "redis_db", "postgres", "postgres_ssl_mode",
+    "redis", "pulsar", "queues", "project_queue", "queue_api", "workers", "executor_api",
+)
+"""What an executor-only stack does not run, so may not configure: every service but the executor,
+Armada's stores, queues (managed through the main stack's server) and users."""
+
+
 class ArmadaConfig(ConfigModel):
     """The Armada batch scheduler and its services."""
 
     enabled: bool = True
     """Install Armada. One Armada per cluster (an executor deletes the pods of any other Armada's
     jobs in its cluster): only a stack with `ownsClusterResources: true` may."""
+    mode: Literal["full", "executor-only"] = "full"
+    """`full`: every Armada service with its stores; `executor-only`: only an executor (with its
+    job namespaces, RBAC, PriorityClasses and policies) that leases jobs from another stack's
+    scheduler (`remoteScheduler`) over TLS: a worker cluster (docs/armada.md "Worker clusters")."""
+    remote_scheduler: Optional[RemoteSchedulerSettings] = None
+    """executor-only: the main stack's scheduler (address, its CIDRs, the CA)."""
+    workers: list[WorkerSettings] = []
+    """full: executors on other clusters this scheduler accepts (each a stack of its own with
+    `mode: executor-only`); needs `executorApi`."""
+    executor_api: Optional[ExecutorApiSettings] = None
+    """full: how the `workers` reach the scheduler (Service type, TLS Secret, host)."""
     namespace: DnsLabel = "armada"
     """Namespace of the Armada services."""
     job_namespaces: list[DnsLabel] = Field(default=["armada-jobs"], min_length=1)
@@ -472,7 +616,10 @@ class ArmadaConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _executor_pools_are_scheduled(self) -> "ArmadaConfig":
-        # G5: a pool the scheduler does not list never gets jobs, silently.
+        # G5: a pool the scheduler does not list never gets jobs, silently. An executor-only
+        # stack's pool is checked against the main stack's workers (tests/test_armada_workers.py).
+        if self.mode != "full":
+            return self
         pools = self.scheduler.pools
         for index, executor in enumerate(self.executors):
             if executor.pool not in pools:
@@ -482,6 +629,111 @@ class ArmadaConfig(ConfigModel):
                     subpath=f".executors[{index}].pool",
                     value=executor.pool,
                 )
+        return self
+
+    @property
+    def scheduled_pools(self) -> list[str]:
+        """The scheduler's pools: `scheduler.pools` and the workers' pools (G5)."""
+        return list(dict.fromkeys([*self.scheduler.pools, *(w.pool for w in self.workers)]))
+
+    @property
+    def serves_remote_executors(self) -> bool:
+        """Whether the scheduler's gRPC API serves TLS to executors of other clusters."""
+        return self.mode == "full" and bool(self.workers)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique_workers(cls, workers: list[WorkerSettings]) -> list[WorkerSettings]:
+        return unique_names(workers, "worker")
+
+    @model_validator(mode="after")
+    def _mode_keys(self) -> "ArmadaConfig":
+        # A worker stack runs only the executor; what it would ignore is refused, naming the key.
+        check_mode_keys(
+            self, self.mode, {"full": FULL_ONLY_KEYS, "executor-only": EXECUTOR_ONLY_KEYS},
+            {"executor-only": {"remote_scheduler": "the main stack's scheduler (address, cidrs, CA)"}},
+        )
+        if self.mode == "executor-only" and len(self.executors) != 1:
+            raise problem(
+                "an executor-only stack runs exactly one executor (its cluster's identity at the main "
+                "scheduler, declared there in armada.workers)", ".executors", [e.name for e in self.executors],
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _remote_executor_tls(self, info: ValidationInfo) -> "ArmadaConfig":
+        if self.mode != "executor-only":
+            return self
+        found = []
+        extra = self.executors[0].extra
+        for path in (("executorApiConnection", "forceNoTls"), ("executorApiConnection", "armadaUrl")):
+            keys, value = _config_value(extra, path)
+            if value is not None and (path[-1] == "armadaUrl" or _truthy(value)):
+                found.append(problem(
+                    "the executor of an executor-only stack connects to remoteScheduler.address over TLS only "
+                    "(credentials never cross clusters in plaintext); remove it",
+                    f".executors[0].extra.{'.'.join(keys)}", value,
+                ))
+        secrets = (info.context or {}).get("secrets")
+        if secrets is not None and EXECUTOR_PASSWORD_KEY not in secrets:
+            found.append(problem(
+                f"an executor-only stack needs its executor's password at the main scheduler as a secret: "
+                f"pulumi config set --secret cloudstation:{EXECUTOR_PASSWORD_KEY} <the main stack's Secret "
+                f"armada-worker-{self.executors[0].name}, key password>",
+                f" ({EXECUTOR_PASSWORD_KEY})", None,
+            ))
+        if found:
+            raise problems(found)
+        return self
+
+    @model_validator(mode="after")
+    def _workers(self) -> "ArmadaConfig":
+        if self.mode != "full":
+            return self
+        if self.workers and self.executor_api is None:
+            raise problem("workers reach the scheduler through executorApi (host, serviceType, tlsSecret); set it",
+                          ".executorApi", None)
+        if self.executor_api is not None and not self.workers:
+            raise problem("exposes the scheduler to armada.workers, and none is declared; remove it or add workers",
+                          ".executorApi", self.executor_api.model_dump(by_alias=True, mode="json"))
+        if not self.workers:
+            return self
+        local = {e.name for e in self.executors}
+        ids: dict[str, str] = {(e.cluster_id or e.name): f"executors[{i}]" for i, e in enumerate(self.executors)}
+        for index, worker in enumerate(self.workers):
+            if worker.name in local:
+                raise problem(
+                    f"'{worker.name}' is also a local executor's name; each executor has its own user "
+                    "(cloudstation-executor-<name>), so names are unique across executors and workers",
+                    f".workers[{index}].name", worker.name,
+                )
+            if worker.id in ids:
+                raise problem(
+                    f"cluster id '{worker.id}' is already {ids[worker.id]}'s; two executors with one id would be "
+                    "leased the same job runs", f".workers[{index}].clusterId", worker.id,
+                )
+            ids[worker.id] = f"workers[{index}]"
+        if self.scheduler.replicas > 1:
+            # With workers the scheduler serves TLS on its one gRPC listener, and a non-leader
+            # reaches the leader at its pod IP (config.py leader_election), which no certificate names.
+            raise problem(
+                "with armada.workers the scheduler serves TLS, and a non-leader would dial the leader at its pod "
+                "IP, which the certificate cannot name; run one scheduler replica with workers",
+                ".scheduler.replicas", self.scheduler.replicas,
+            )
+        for path in (("grpc", "tls", "enabled"),):
+            keys, value = _config_value(self.scheduler.extra, path)
+            if value is not None and not _truthy(value):
+                raise problem("with armada.workers the scheduler serves TLS; remove it",
+                              f".scheduler.extra.{'.'.join(keys)}", value)
+        for where, extra, connection in (
+            (".server.extra", self.server.extra, "schedulerApiConnection"),
+            *((f".executors[{i}].extra", e.extra, "executorApiConnection") for i, e in enumerate(self.executors)),
+        ):
+            keys, value = _config_value(extra, (connection, "forceNoTls"))
+            if _truthy(value):
+                raise problem("with armada.workers the scheduler serves TLS only; remove it",
+                              f"{where}.{'.'.join(keys)}", value)
         return self
 
 

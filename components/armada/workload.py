@@ -14,7 +14,8 @@ from typing import Any, Optional
 from components import network
 from components.armada.auth import AUTH_DIR, AUTH_FILE, AUTH_PATH, ServiceCredentials
 from components.armada.config import (
-    CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, SCHEDULER, SCHEDULER_PORTS, SERVER, SERVER_PORTS, Endpoints, go_memory_limit_env,
+    CA_DIR, CERT_DIR, CONFIG_DIR, CONFIG_FILE, CONFIG_PATH, SCHEDULER, SCHEDULER_PORTS, SERVER, SERVER_PORTS, Endpoints,
+    TrustedCa, go_memory_limit_env,
 )
 from components.k8s import (
     Resources, container_security, disruption_budget, http_probe, labels, metadata, pod_security, selector_labels,
@@ -71,13 +72,20 @@ class ServiceSpec:
     credentials: Optional[ServiceCredentials] = None
     """Its basic-auth users and client credentials (components/armada/auth.py): a Secret mounted
     at /secrets and passed as a second `--config`."""
+    trust: Optional[TrustedCa] = None
+    """The CA its TLS connection to the scheduler checks (config.py TrustedCa)."""
+    tls_secret: Any = None
+    """The scheduler's serving certificate Secret (tls.crt, tls.key), mounted at CERT_DIR."""
 
 
 def config_args(*before: str) -> list[str]:
     return [*before, "--config", CONFIG_PATH]
 
 
-def volumes(config_map: Any, credentials: Optional[ServiceCredentials] = None) -> list[dict]:
+def volumes(
+    config_map: Any, credentials: Optional[ServiceCredentials] = None, trust: Optional[TrustedCa] = None,
+    tls_secret: Any = None,
+) -> list[dict]:
     found = [
         {"name": "config", "configMap": {"name": config_map, "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}]}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
@@ -89,16 +97,31 @@ def volumes(config_map: Any, credentials: Optional[ServiceCredentials] = None) -
             "secret": {"secretName": credentials.secret, "items": [{"key": AUTH_FILE, "path": AUTH_FILE}],
                        "defaultMode": 0o440},
         })
+    if trust is not None:
+        found.append(trust.volume())
+    if tls_secret is not None:
+        # The private key: group-readable for the armada group only, like the credentials.
+        found.append({
+            "name": "scheduler-tls",
+            "secret": {"secretName": tls_secret, "defaultMode": 0o440,
+                       "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]},
+        })
     return found
 
 
-def volume_mounts(credentials: Optional[ServiceCredentials] = None) -> list[dict]:
+def volume_mounts(
+    credentials: Optional[ServiceCredentials] = None, trust: Optional[TrustedCa] = None, tls_secret: Any = None
+) -> list[dict]:
     found = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     if credentials is not None:
         found.append({"name": "auth", "mountPath": AUTH_DIR, "readOnly": True})
+    if trust is not None:
+        found.append({"name": "scheduler-ca", "mountPath": CA_DIR, "readOnly": True})
+    if tls_secret is not None:
+        found.append({"name": "scheduler-tls", "mountPath": CERT_DIR, "readOnly": True})
     return found
 
 
@@ -112,6 +135,8 @@ def container(
     health: bool = False,
     credentials: Optional[ServiceCredentials] = None,
     metrics_probe: bool = False,
+    trust: Optional[TrustedCa] = None,
+    tls_secret: Any = None,
 ) -> dict:
     spec = {
         "name": name,
@@ -119,10 +144,10 @@ def container(
         "imagePullPolicy": "IfNotPresent",
         # The credentials file is merged over the override file (repeated --config).
         "args": [*args, "--config", AUTH_PATH] if credentials is not None else list(args),
-        "env": [*env, go_memory_limit_env()],
+        "env": [*env, *(trust.env() if trust is not None else []), go_memory_limit_env()],
         "resources": resources.spec(),
         "securityContext": container_security(read_only_root=True),
-        "volumeMounts": volume_mounts(credentials),
+        "volumeMounts": volume_mounts(credentials, trust, tls_secret),
     }
     if ports:
         spec["ports"] = [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports.items()]
@@ -150,6 +175,8 @@ def pod_spec(
     restart_policy: Optional[str] = None,
     termination_grace_seconds: Optional[int] = None,
     credentials: Optional[ServiceCredentials] = None,
+    trust: Optional[TrustedCa] = None,
+    tls_secret: Any = None,
 ) -> dict:
     spec = {
         "serviceAccountName": service_account,
@@ -159,7 +186,7 @@ def pod_spec(
         "enableServiceLinks": False,
         "securityContext": pod_security(ARMADA_UID, ARMADA_GID, fs_group=ARMADA_GID),
         "containers": containers,
-        "volumes": volumes(config_map, credentials),
+        "volumes": volumes(config_map, credentials, trust, tls_secret),
     }
     if restart_policy:
         spec["restartPolicy"] = restart_policy
@@ -171,7 +198,7 @@ def pod_spec(
 def service_container(spec: ServiceSpec) -> dict:
     return container(
         spec.name, spec.image, spec.args, [*spec.env, *spec.pod_env], spec.resources, spec.ports, spec.health,
-        spec.credentials, spec.metrics_probe,
+        spec.credentials, spec.metrics_probe, spec.trust, spec.tls_secret,
     )
 
 
@@ -191,6 +218,8 @@ def deployment(
         api_access=spec.api_access,
         termination_grace_seconds=spec.termination_grace_seconds,
         credentials=spec.credentials,
+        trust=spec.trust,
+        tls_secret=spec.tls_secret,
     )
     if spec.replicas > 1:
         # pod-template-hash: only the current ReplicaSet's pods count, so a rollout spreads its
@@ -268,7 +297,10 @@ def service_egress(spec: ServiceSpec, endpoints: Endpoints) -> list[dict]:
         rules.append(to_dependency(endpoints.pulsar_endpoint, PULSAR_PORT))
         if "restURL" in config["pulsar"]:
             rules.append(to_dependency(endpoints.pulsar_admin_endpoint, PULSAR_ADMIN_PORT))
-    if "schedulerApiConnection" in config or "executorApiConnection" in config:
+    if "executorApiConnection" in config and endpoints.scheduler_endpoint is not None:
+        # Another cluster's scheduler (an executor-only stack): its addresses only.
+        rules.append(network.to(endpoints.scheduler_endpoint))
+    elif "schedulerApiConnection" in config or "executorApiConnection" in config:
         rules.append(network.egress([network.pods(selector_labels(SCHEDULER))], [SCHEDULER_PORTS["grpc"]]))
     if "armadaApi" in config:
         rules.append(network.egress([network.pods(selector_labels(SERVER))], [SERVER_PORTS["grpc"]]))
