@@ -148,6 +148,21 @@ def problems(news: dict) -> list[tuple[str, str]]:
     return found
 
 
+def whole_numbers(value: Any) -> Any:
+    """`value` with every integral float back to an int. Inputs reach a provider through a protobuf
+    Struct, whose numbers are doubles (pulumi 3.272.0 sdk/python/lib/pulumi/runtime/rpc.py
+    `serialize_property`: `struct_pb2.Value(number_value=float(value))`), so the pod spec's 1800
+    arrives as 1800.0; Armada's gateway decodes JSON with Go's encoding/json, which refuses 1800.0
+    for an integer field (activeDeadlineSeconds, runAsUser, defaultMode...)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
+
+
 # --- the provider -------------------------------------------------------------------------------
 
 
@@ -256,7 +271,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         image = f"{props['repository']}:{props['contentTag']}"
         client = _jobs(props, wait=min(CONNECT_WAIT_SECONDS, timeout))
         queue, job_set = props["queue"], props["jobSetId"]
-        (job_id,) = client.submit(queue, job_set, [props["jobItem"]])
+        (job_id,) = client.submit(queue, job_set, [whole_numbers(props["jobItem"])])
         log(f"{image}: submitted Armada job {job_id} (queue {queue}, job set {job_set})")
         state, last_error = None, None
         while True:

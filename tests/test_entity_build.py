@@ -5,14 +5,13 @@ Armada that records every request."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,7 +23,8 @@ from components.armada.jobs_api import JOB_STATES, JobsApiError, JobsClient, sta
 from components.entity_build import BuildFailed, EntityBuildProvider
 from components.entity_image import content_tag, context_files
 from components.registry_api import Credentials
-from tests.registry_server import CountingProxy, build_oci_image, free_port, registry  # noqa: F401 (fixture)
+from tests.fake_armada import FakeArmada
+from tests.registry_server import CountingProxy, ScriptedServer, build_oci_image, free_port, registry  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMADA_AUTH = "Basic " + base64.b64encode(b"cloudstation-builds:armada-pw").decode()
@@ -32,67 +32,49 @@ DOCKERFILE_TEXT = "FROM node:20\nCOPY . .\nRUN node --test\n"
 QUEUE, JOB_SET = "shop-builds", "shop-test"
 
 
-# --- a stand-in Armada --------------------------------------------------------------------------
+# --- Armada: F's fake (tests/fake_armada.py), driven by small executors --------------------------
 
 
-class StubArmada:
-    """Records every request (method, path, JSON body, Authorization); answers submit with one job
-    id (after `on_submit`, e.g. the executor's push), status from the `states` script (as gateway
-    numbers, as the real JSONBuiltin gateway sends them; the last state repeats), errors with
-    `error_text`, binoculars' log with `log_lines`."""
+SUBMITTER = "cloudstation-builds"
 
-    JOB_ID = "01hz0000000000000000000001"
 
-    def __init__(self, states=("UNKNOWN", "QUEUED", "RUNNING", "SUCCEEDED"), error_text: str = "",
-                 on_submit: Optional[Callable[[dict], None]] = None, log_lines=()):
-        self.states, self.error_text, self.on_submit, self.log_lines = list(states), error_text, on_submit, list(log_lines)
-        self.requests: list[tuple[str, str, Optional[dict], Optional[str]]] = []
-        stub = self
+@contextlib.contextmanager
+def armada_with(executor: Optional[Callable] = None, *, cancel: bool = True, lookout_lag: int = 0):
+    """The fake Armada with the build queue (the submitter may submit, and cancel when `cancel`),
+    basic auth required, and `executor(armada, job)` driving each submitted job on its thread."""
+    with FakeArmada() as armada:
+        armada.authorization = ARMADA_AUTH
+        armada.add_queue(QUEUE, submitters=[SUBMITTER], cancellers=[SUBMITTER] if cancel else [])
+        armada.lookout_lag = lookout_lag
+        if executor is not None:
+            armada.executor = lambda job: executor(armada, job)
+        yield armada
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args):
-                pass
 
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = json.loads(raw) if raw else None
-                stub.requests.append(("POST", self.path, body, self.headers.get("Authorization")))
-                answer = stub.answer(self.path, body)
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+def succeeding(push: Callable[[dict], str]):
+    """An executor that runs the job and, before it succeeds, pushes what `push(item)` pushes."""
+    def run(armada, job):
+        for state in ("LEASED", "PENDING", "RUNNING"):
+            armada.advance(job.id, state)
+        push(job.item)
+        armada.advance(job.id, "SUCCEEDED")
+    return run
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
-    def answer(self, path: str, body: Optional[dict]) -> dict:
-        if path == "/v1/job/submit":
-            if self.on_submit:
-                self.on_submit(body)
-            return {"jobResponseItems": [{"jobId": self.JOB_ID}]}
-        if path == "/v1/job/status":
-            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
-            return {"jobStates": {job_id: JOB_STATES.index(state) for job_id in body["jobIds"]}}
-        if path == "/v1/job/errors":
-            return {"jobErrors": {job_id: self.error_text for job_id in body["jobIds"]}}
-        if path == "/v1/binoculars/log":
-            return {"log": [{"timestamp": "2026-01-01T00:00:00Z", "line": line} for line in self.log_lines]}
-        return {}
+def failing(reason: str):
+    def run(armada, job):
+        armada.advance(job.id, "LEASED")
+        armada.advance(job.id, "FAILED", reason=reason)
+    return run
 
-    def paths(self, path: str) -> list[dict]:
-        return [body for _method, seen, body, _auth in self.requests if seen == path]
 
-    def __enter__(self) -> "StubArmada":
-        self.thread.start()
-        return self
+def hanging(armada, job):
+    for state in ("LEASED", "PENDING", "RUNNING"):
+        armada.advance(job.id, state)
 
-    def __exit__(self, *_exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+
+def sent(armada, path: str) -> list[dict]:
+    return [body for _method, seen, body in armada.requests if seen == path]
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -127,7 +109,9 @@ def job_item(context_repository: str, digest: str, tag: str, namespace: str = "c
             "cloudstation.io/build-context": f"registry.cloudstation-registry.svc:5000/{context_repository}@{digest}",
             "cloudstation.io/build-image": f"registry.cloudstation-registry.svc:5000/shop/cart:{tag}",
         },
-        "podSpec": {"restartPolicy": "Never", "containers": [{"name": "build", "image": "builder@sha256:" + "a" * 64}]},
+        "podSpec": {"restartPolicy": "Never", "containers": [{
+            "name": "build", "image": "builder@sha256:" + "a" * 64,
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]},
     }
 
 
@@ -245,7 +229,7 @@ def test_context_manifest_is_an_oci_artifact_with_the_empty_config():
 
 def test_a_tag_the_registry_has_needs_no_job(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart")
-    with StubArmada() as armada:
+    with armada_with() as armada:
         props = props_for(context, registry.url, basic(registry), armada.url)
         digest = push_image(registry, tmp_path, "shop/cart", props["contentTag"])
         result = EntityBuildProvider().create(props)
@@ -259,16 +243,16 @@ def test_a_tag_the_registry_has_needs_no_job(registry, tmp_path, logged):
 def test_a_missing_tag_uploads_the_context_submits_one_job_and_reads_the_digest(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v2\n")
     pushed: dict[str, str] = {}
-    with StubArmada(on_submit=lambda body: pushed.setdefault("digest", push_image(
-            registry, tmp_path, "shop/cart", body["jobRequestItems"][0]["labels"]["cloudstation.io/content-tag"]))) as armada:
+    push = lambda item: pushed.setdefault("digest", push_image(  # noqa: E731 - the executor's push
+        registry, tmp_path, "shop/cart", item["labels"]["cloudstation.io/content-tag"]))
+    with armada_with(succeeding(push), lookout_lag=1) as armada:
         props = props_for(context, registry.url, basic(registry), armada.url)
         result = EntityBuildProvider().create(props)
-        submits = armada.paths("/v1/job/submit")
-        assert submits == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [props["jobItem"]]}]
-        assert {auth for *_rest, auth in armada.requests} == {ARMADA_AUTH}
-        assert armada.paths("/v1/job/status") and all(b == {"jobIds": [StubArmada.JOB_ID]} for b in armada.paths("/v1/job/status"))
+        assert sent(armada, "/v1/job/submit") == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [props["jobItem"]]}]
+        (job_id,) = armada.jobs
+        assert sent(armada, "/v1/job/status") and all(b == {"jobIds": [job_id]} for b in sent(armada, "/v1/job/status"))
     assert result.outs["digest"] == pushed["digest"] == registry.digest_of("shop/cart", props["contentTag"])
-    assert result.outs["jobId"] == StubArmada.JOB_ID
+    assert result.outs["jobId"] == job_id
     # The context artifact: the tagged manifest names the tar, and the blob is the tar.
     session = requests.Session()
     manifest = session.get(f"{registry.url}/v2/builds/shop/cart/manifests/{props['contentTag']}", auth=registry.auth,
@@ -279,23 +263,23 @@ def test_a_missing_tag_uploads_the_context_submits_one_job_and_reads_the_digest(
     assert blob == build_context.context_tar(context, DOCKERFILE_TEXT)
     # Progress went through pulumi.log: the submission and each state change once.
     assert any("submitted Armada job" in m for m in logged)
-    states = [m.rsplit(" is ", 1)[1] for m in logged if f"job {StubArmada.JOB_ID} is " in m]
-    assert states == ["UNKNOWN", "QUEUED", "RUNNING", "SUCCEEDED"]
+    states = [m.rsplit(" is ", 1)[1] for m in logged if f"job {job_id} is " in m]
+    assert states[0] == "UNKNOWN" and states[-1] == "SUCCEEDED" and len(states) == len(set(states))
 
 
 def test_a_context_already_in_the_registry_is_not_uploaded_again(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v3\n")
     with CountingProxy(registry.url) as proxy:
-        with StubArmada(states=("FAILED",), error_text="flaky node") as armada:  # the first attempt fails
+        with armada_with(failing("flaky node")) as armada:  # the first attempt fails
             props = props_for(context, proxy.url, basic(registry), armada.url)
             with pytest.raises(BuildFailed, match="flaky node"):
                 EntityBuildProvider().create(props)
         first, sent_first = proxy.reset()
         assert any(s.method == "PUT" and "/blobs/uploads/" in s.path for s in first)
-        with StubArmada(on_submit=lambda body: push_image(registry, tmp_path, "shop/cart", props["contentTag"])) as armada:
+        with armada_with(succeeding(lambda item: push_image(registry, tmp_path, "shop/cart", props["contentTag"]))) as armada:
             props = {**props, "armadaUrl": armada.url}
             EntityBuildProvider().create(props)
-            assert len(armada.paths("/v1/job/submit")) == 1
+            assert len(sent(armada, "/v1/job/submit")) == 1
         second, sent_second = proxy.reset()
     uploads = [s for s in second if "/blobs/uploads/" in s.path]
     assert uploads == [], uploads
@@ -306,14 +290,18 @@ def test_a_context_already_in_the_registry_is_not_uploaded_again(registry, tmp_p
 def test_a_failed_job_fails_with_the_job_error_text_and_the_pod_log(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v4\n")
     output = "not ok 1 - adds an item\n  AssertionError: expected 2 items, got 1\n# fail 1"
-    with StubArmada(states=("QUEUED", "RUNNING", "FAILED"), error_text=output, log_lines=["npm test", "# fail 1"]) as armada:
-        props = props_for(context, registry.url, basic(registry), armada.url, binocularsUrl=armada.url)
+    log = {"log": [{"timestamp": "2026-01-01T00:00:00Z", "line": line} for line in ("npm test", "# fail 1")]}
+    with armada_with(failing(output)) as armada, ScriptedServer(
+            lambda seen: (200, {"Content-Type": "application/json"}, json.dumps(log).encode())) as binoculars:
+        props = props_for(context, registry.url, basic(registry), armada.url, binocularsUrl=binoculars.url)
         with pytest.raises(BuildFailed) as error:
             EntityBuildProvider().create(props)
-        assert armada.paths("/v1/job/errors") == [{"jobIds": [StubArmada.JOB_ID]}]
-        assert armada.paths("/v1/binoculars/log")[0]["jobId"] == StubArmada.JOB_ID
-    assert output in str(error.value) and f"Armada job {StubArmada.JOB_ID} FAILED" in str(error.value)
-    assert "pod log" in str(error.value) and "# fail 1" in str(error.value)
+        (job_id,) = armada.jobs
+        assert sent(armada, "/v1/job/errors") == [{"jobIds": [job_id]}]
+        assert [s.path for s in binoculars.seen] == ["/v1/binoculars/log"]
+        assert binoculars.seen[0].headers["Authorization"] == ARMADA_AUTH
+    assert output in str(error.value) and f"Armada job {job_id} FAILED" in str(error.value)
+    assert "pod log" in str(error.value) and "npm test\n# fail 1" in str(error.value)
     assert registry.digest_of("shop/cart", props["contentTag"]) is None
 
 
@@ -329,19 +317,21 @@ def test_an_unreachable_armada_fails_naming_its_url(registry, tmp_path, logged):
 
 def test_a_job_that_does_not_finish_in_time_fails_clearly_and_is_cancelled(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v6\n")
-    with StubArmada(states=("RUNNING",)) as armada:
+    with armada_with(hanging) as armada:
         props = props_for(context, registry.url, basic(registry), armada.url, timeoutSeconds=1, pollSeconds=0.1)
         with pytest.raises(BuildFailed) as error:
             EntityBuildProvider().create(props)
-        assert armada.paths("/v1/job/cancel") == [
-            {"queue": QUEUE, "jobSetId": JOB_SET, "jobIds": [StubArmada.JOB_ID], "reason": "pulumi up gave up after 1 s"}]
+        (job_id,) = armada.jobs
+        assert sent(armada, "/v1/job/cancel") == [
+            {"queue": QUEUE, "jobSetId": JOB_SET, "jobIds": [job_id], "reason": "pulumi up gave up after 1 s"}]
+        assert armada.state(job_id) == "CANCELLED"
     assert "timed out after 1 s (timeoutSeconds)" in str(error.value) and "last state RUNNING" in str(error.value)
     assert "it was cancelled" in str(error.value)
 
 
 def test_a_context_that_changed_since_the_program_ran_submits_nothing(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v7\n")
-    with StubArmada() as armada:
+    with armada_with() as armada:
         props = props_for(context, registry.url, basic(registry), armada.url)
         (context / "src" / "index.js").write_text("changed meanwhile\n")
         with pytest.raises(BuildFailed, match="changed after the program computed its digest"):
@@ -409,7 +399,7 @@ def test_check_reports_bad_inputs_and_accepts_a_previews_unknowns(tmp_path):
 
 def test_check_and_diff_make_no_request(tmp_path):
     """A preview runs only Check and Diff (see the next test): neither may reach the registry or Armada."""
-    with StubArmada() as armada, CountingProxy(armada.url) as registry_front:
+    with armada_with() as armada, CountingProxy(armada.url) as registry_front:
         props = props_for(make_context(tmp_path / "cart"), registry_front.url, "Basic eDp5", armada.url)
         provider = EntityBuildProvider()
         provider.check({}, props)
@@ -479,17 +469,18 @@ def test_job_states_are_read_as_the_gateway_sends_them():
 
 
 def test_a_submission_is_not_repeated_after_the_server_may_have_seen_it():
-    with StubArmada() as armada:
-        armada.answer = lambda path, body: (_ for _ in ()).throw(ConnectionResetError())  # drop mid-answer
-        client = JobsClient(armada.url, timeout=2, wait_seconds=5, retry_interval=0.05)
+    def drop(_seen):
+        raise ConnectionResetError("the connection drops before an answer")  # the server may have seen it
+
+    with ScriptedServer(drop) as server:
+        client = JobsClient(server.url, timeout=2, wait_seconds=5, retry_interval=0.05)
         with pytest.raises(JobsApiError):
             client.submit(QUEUE, JOB_SET, [{"podSpec": {}}])
-        assert len(armada.paths("/v1/job/submit")) == 1
+        assert [s.path for s in server.seen] == ["/v1/job/submit"]
 
 
 def test_job_set_events_are_read_from_the_ndjson_stream():
     from components.armada.jobs_api import failure_reason
-    from tests.registry_server import ScriptedServer
 
     lines = [
         {"result": {"id": "1-0", "message": {"submitted": {"jobId": "j1", "queue": QUEUE}}}},
@@ -505,3 +496,109 @@ def test_job_set_events_are_read_from_the_ndjson_stream():
     with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, error)) as server:
         with pytest.raises(JobsApiError, match="job set not found"):
             JobsClient(server.url).job_set_events(QUEUE, JOB_SET)
+
+
+# --- the component --------------------------------------------------------------------------------
+
+
+def test_the_component_wraps_one_dynamic_build_with_secret_credentials(mocked, tmp_path):
+    from tests.conftest import run_mocked
+    from cloudstation_tools.mocks import is_wrapped_secret
+
+    props = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:2")
+    args = entity_build.EntityBuildArgs(
+        context_dir=props["contextDir"], dockerfile_text=DOCKERFILE_TEXT, content_tag=props["contentTag"],
+        context_digest=props["contextDigest"], repository="shop/cart", context_repository=props["contextRepository"],
+        push_ref=props["pushRef"], pull_host="localhost:32000", registry_url=props["registryUrl"],
+        registry_authorization="Basic eDp5", armada_url=props["armadaUrl"], armada_authorization=ARMADA_AUTH,
+        queue=QUEUE, job_set_id=JOB_SET, job_item=props["jobItem"], builder=props["builder"],
+        timeout_seconds=600, poll_seconds=2, binoculars_url="http://127.0.0.1:3",
+    )
+    outputs = run_mocked(lambda: {"ref": (build := entity_build.EntityBuild("shop-cart", args)).ref,
+                                  "digest": build.digest})
+    component = [r for r in mocked.registrations if r.type == "cloudstation:builds:EntityBuild"]
+    dynamic = [r for r in mocked.registrations if r.type == "pulumi-python:dynamic/builds:EntityBuild"]
+    assert [r.name for r in component] == ["shop-cart"] and [r.name for r in dynamic] == ["shop-cart-build"]
+    assert dynamic[0].parent == component[0].urn
+    inputs = dynamic[0].inputs
+    assert is_wrapped_secret(inputs["registryAuthorization"]) and is_wrapped_secret(inputs["armadaAuthorization"])
+    expected = {k: v for k, v in props.items() if k not in ("registryAuthorization", "armadaAuthorization")}
+    expected.update(timeoutSeconds=600, pollSeconds=2, binocularsUrl="http://127.0.0.1:3")
+    assert {k: inputs[k] for k in expected} == expected
+    assert outputs["ref"] == f"localhost:32000/shop/cart:{props['contentTag']}@{outputs['digest']}"
+
+
+# --- with the fake Armada, its executor and E's job item (the seams end to end) ---------------------
+
+REGISTRY_HOST = "registry.cloudstation-registry.svc.cluster.local:5000"
+
+
+def e2e_props(cluster, context: Path) -> dict:
+    from components.build_job import BuildSettings, build_job_item
+
+    props = props_for(context, cluster.registry.url, basic(cluster.registry), cluster.armada.url,
+                      binocularsUrl=cluster.binoculars.url, timeoutSeconds=120, pollSeconds=0.1)
+    props["jobItem"] = build_job_item(
+        project="shop", entity="cart", content_tag=props["contentTag"], context_digest=props["contextDigest"],
+        registry_host=REGISTRY_HOST, namespace="cloudstation-builds", secret_name="build-registry",
+        settings=BuildSettings(), plain_http=True)
+    props["pushRef"] = props["jobItem"]["annotations"]["cloudstation.io/build-image"]
+    return props
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    from components.build_job import POD_SECURITY_LEVEL
+    from tests.fake_executor import build_cluster
+
+    contexts: dict = {}
+    with build_cluster(tmp_path / "cluster", contexts, registry_host=REGISTRY_HOST, queues=[QUEUE], users=[SUBMITTER],
+                       namespace="cloudstation-builds", authorization=ARMADA_AUTH,
+                       pod_security=POD_SECURITY_LEVEL) as built:
+        built.contexts = contexts
+        yield built
+
+
+def test_end_to_end_one_job_builds_the_image_the_program_then_uses(cluster, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// e2e\n")
+    cluster.contexts[("shop", "cart")] = (context, DOCKERFILE_TEXT)
+    cluster.armada.lookout_lag = 2  # status answers UNKNOWN at first, as a lagging lookout ingester would
+    props = e2e_props(cluster, context)
+    assert EntityBuildProvider().check({}, props).failures == []
+    result = EntityBuildProvider().create(props)
+    (job_id,) = cluster.executor.jobs
+    assert result.outs["jobId"] == job_id and result.outs["digest"] == cluster.executor.pushed[job_id]
+    assert [p for _m, p, _b in cluster.armada.requests].count("/v1/job/submit") == 1
+    assert cluster.armada.state(job_id) == "SUCCEEDED"
+    # A second run (unchanged source): the registry has the tag, no job.
+    again = EntityBuildProvider().create(props)
+    assert again.outs["digest"] == result.outs["digest"] and again.outs["jobId"] == "" and cluster.executor.jobs == [job_id]
+
+
+def test_end_to_end_a_failing_test_fails_with_its_output(cluster, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// e2e fail\n")
+    (context / "src" / "cart.test.js").write_text(
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        "test('adds an item to the cart', () => { assert.strictEqual(1 + 1, 3, 'cart total is wrong'); });\n")
+    cluster.contexts[("shop", "cart")] = (context, DOCKERFILE_TEXT)
+    props = e2e_props(cluster, context)
+    with pytest.raises(BuildFailed) as error:
+        EntityBuildProvider().create(props)
+    assert "adds an item to the cart" in str(error.value) and "cart total is wrong" in str(error.value)
+    assert cluster.registry.digest_of("shop/cart", props["contentTag"]) is None
+
+
+def test_the_pod_specs_numbers_reach_armada_as_integers(registry, tmp_path, logged):
+    """The engine hands a provider every number as a double (a protobuf Struct: pulumi 3.272.0
+    runtime/rpc.py serialize_property), and Armada's gateway (Go encoding/json) refuses 1800.0 for an
+    integer field: the submitted item has whole numbers again."""
+    context = make_context(tmp_path / "cart", extra="// floats\n")
+    with armada_with(succeeding(lambda item: push_image(registry, tmp_path, "shop/cart",
+                                                         item["labels"]["cloudstation.io/content-tag"]))) as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        as_engine_sends = json.loads(json.dumps(props), parse_int=float)
+        as_engine_sends["jobItem"]["podSpec"]["activeDeadlineSeconds"] = 1800.0
+        EntityBuildProvider().create(as_engine_sends)
+        (item,) = sent(armada, "/v1/job/submit")[0]["jobRequestItems"]
+    assert item["priority"] == 1 and type(item["priority"]) is int
+    assert type(item["podSpec"]["activeDeadlineSeconds"]) is int
