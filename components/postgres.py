@@ -149,6 +149,16 @@ def credential_env(secret: str) -> list[dict]:
     ]
 
 
+def data_directory(image: str) -> str:
+    """PGDATA for the pinned image: one directory per major on the data volume. A PostgreSQL data
+    directory is readable only by its own major, so a major upgrade (docs/upgrades.md, acknowledged
+    in infra/store_versions.py) starts the new server on an empty directory beside the old one,
+    which stays as it was for a rollback. The first major keeps the name it always had."""
+    major = versions.tag_major(image)
+    first = versions.STORE_MAJORS_BEFORE_RECORDS["postgres"]
+    return "/var/lib/postgresql/data/pgdata" if major == first else f"/var/lib/postgresql/data/pgdata-{major}"
+
+
 def server_pod_spec(name: str, secret: str, image: str, settings: PostgresSettings) -> dict:
     ready = ["sh", "-c", f'pg_isready -h 127.0.0.1 -p {PORT} -U "$POSTGRES_USER" -d "$POSTGRES_DB"']
     return {
@@ -166,7 +176,7 @@ def server_pod_spec(name: str, secret: str, image: str, settings: PostgresSettin
                     kb.secret_env("POSTGRES_PASSWORD", secret, "password"),
                     kb.secret_env("POSTGRES_DB", secret, "database"),
                     # A subdirectory: the volume's root may hold lost+found, which initdb refuses.
-                    {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"},
+                    {"name": "PGDATA", "value": data_directory(image)},
                 ],
                 "resources": settings.resources.spec(),
                 "securityContext": kb.container_security(read_only_root=True, run_as_user=UID),

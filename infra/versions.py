@@ -183,3 +183,25 @@ def image(name: str, mirror: str | None = None) -> str:
     if mirror:
         ref = mirror.rstrip("/") + "/" + ref.split("/", 1)[1]
     return ref
+
+
+STORE_MAJORS_BEFORE_RECORDS: dict[str, int] = {"postgres": 16, "cassandra": 4, "redis": 7}
+"""The major of each store pin every stack ran before stacks recorded their own
+(`platform.storeVersions.<store>.dataMajor`, infra/store_versions.py): the default of that key.
+Never change these: a stack that records nothing was created with them. A store major change is
+refused unless acknowledged (docs/upgrades.md)."""
+
+
+def tag_major(ref: str) -> int:
+    """The major version in a reference's tag: `postgres:16.15-alpine3.24@sha256:…` -> 16 (tolerant
+    of a suffix after the digest, as tests bump references)."""
+    tag = ref.rsplit("/", 1)[-1].split("@", 1)[0].partition(":")[2]
+    match = re.match(r"v?(\d+)", tag)
+    if not match:
+        raise ValueError(f"no major version in the tag of {ref!r}")
+    return int(match.group(1))
+
+
+def major(name: str) -> int:
+    """The major version of the pin `name` as deployed (IMAGES)."""
+    return tag_major(IMAGES[name])

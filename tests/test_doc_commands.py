@@ -77,6 +77,9 @@ CLASSIFIED = {
     "PULUMI_K8S_UPSERT_EXISTING_OBJECTS=true PULUMI_K8S_ENABLE_PATCH_FORCE=true bash scripts/up.sh test": UP,
     "bash scripts/up.sh test --policy-pack policy --policy-pack-config policy/config.json": UP,
     "bash scripts/up.sh prod --policy-pack policy --policy-pack-config policy/config.json": UP,
+    "python -m infra pin-images --missing": "asks Docker Hub and the other image registries for the new pins' "
+                                            "digests (network access and skopeo); tests/test_images.py runs pin-images "
+                                            "against a local registry (Debian's docker-registry)",
     "bash scripts/test.sh": "runs this whole suite, so it would run itself; CI runs exactly it (tests/test_docs.py "
                             "checks the workflow)",
     'CLOUDSTATION_REGISTRY_ADDRESSES="localhost:32000=127.0.0.1:5000" python -m infra promote --from test --to prod':

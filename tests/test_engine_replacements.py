@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Callable
 
 import pytest
 
@@ -45,24 +46,36 @@ def render_stack(stack: str) -> render.Rendered:
     return render.render(stack, stack_file=promoted.read(stack))  # prod: as promoted (tests/promoted.py)
 
 
+BUMPED: dict = {}
+"""(stack, pin groups) -> render, shared with tests/test_upgrades.py (one render per bump per session)."""
+STACK_RENDERERS: dict[str, Callable[[str], render.Rendered]] = {}
+"""Renderers of stacks other than the stack files and Armada variants (tests/test_upgrades.py adds its own)."""
+
+
+def render_bumped(stack: str, groups: tuple[str, ...]) -> render.Rendered:
+    """The stack rendered with those pin groups bumped (about 1 s of CPU per render), cached."""
+    if (stack, groups) not in BUMPED:
+        with pytest.MonkeyPatch.context() as patch:
+            for group in groups:
+                for key in GROUPS[group]:
+                    patch.setitem(versions.IMAGES, key, bumped(versions.IMAGES[key]))
+                if group in VERSION_CONSTANTS:
+                    patch.setattr(versions, group, bumped(getattr(versions, group)))
+            BUMPED[(stack, groups)] = STACK_RENDERERS.get(stack, render_stack)(stack)
+    return BUMPED[(stack, groups)]
+
+
 @pytest.fixture(scope="module")
 def renders(rendered_stacks):
     """Lazily: (stack, pin groups) -> the stack rendered with those groups bumped; () is the
-    current render. Each group a stack deploys is rendered alone (about 1 s of CPU per render)."""
-    cache: dict = {}
+    current render. Each group a stack deploys is rendered alone."""
 
     def get(stack: str, groups: tuple[str, ...] = ()) -> render.Rendered:
         if not groups:
+            if stack in STACK_RENDERERS:
+                return STACK_RENDERERS[stack](stack)
             return rendered_stacks.get(stack) or armada_variants.variant(stack)
-        if (stack, groups) not in cache:
-            with pytest.MonkeyPatch.context() as patch:
-                for group in groups:
-                    for key in GROUPS[group]:
-                        patch.setitem(versions.IMAGES, key, bumped(versions.IMAGES[key]))
-                    if group in VERSION_CONSTANTS:
-                        patch.setattr(versions, group, bumped(getattr(versions, group)))
-                cache[(stack, groups)] = render_stack(stack)
-        return cache[(stack, groups)]
+        return render_bumped(stack, groups)
 
     return get
 
