@@ -21,7 +21,7 @@ from cloudstation_tools import checks, render, validate
 from cloudstation_tools.mocks import is_wrapped_secret
 from components.armada import config as ac
 from components.armada.settings import EXECUTOR_PASSWORD_KEY
-from infra import config as stack_config
+from infra import armada_workers, config as stack_config
 from tests.conftest import ROOT, find, objects, standard_violations
 from tests.test_armada_config import default_keys
 
@@ -354,3 +354,53 @@ def test_a_full_stack_still_needs_projects():
     assert "cloudstation:projects: [] — list should have at least 1 item" in refused(values, secret_keys)
     assert "cloudstation:projects: missing — this key is required" in refused(
         {k: v for k, v in values.items() if k != "cloudstation:projects"}, secret_keys)
+
+
+# --- the worker stack checked against its main stack's file -----------------------------------------
+
+
+def worker_config_with(change=None, root=None) -> stack_config.StackConfig:
+    document = example(WORKER_EXAMPLE)
+    if change is not None:
+        change(document)
+    values, secret_keys = worker_values(document)
+    return stack_config.load(values, secret_keys=secret_keys, root=root)
+
+
+def test_the_pair_agrees_and_each_disagreement_is_named():
+    main_config, worker_config = configs()
+    assert armada_workers.mismatches(worker_config, main_config, "Pulumi.test.yaml") == []
+    armada = lambda d: d[PLATFORM]["armada"]  # noqa: E731
+    cases = {
+        "executors[0].pool: 'default' — Pulumi.test.yaml declares pool 'gpu'":
+            lambda d: armada(d)["executors"][0].update(pool="default"),
+        "executors[0].clusterId: 'gpu-2' — Pulumi.test.yaml declares cluster id 'gpu-cluster'":
+            lambda d: armada(d)["executors"][0].update(clusterId="gpu-2"),
+        "executors[0].name: 'tpu' — Pulumi.test.yaml declares no such worker":
+            lambda d: armada(d)["executors"][0].update(name="tpu"),
+        "remoteScheduler.address: '198.51.100.10:50052' — Pulumi.test.yaml exposes its scheduler as executorApi.host":
+            lambda d: armada(d)["remoteScheduler"].update(address="198.51.100.10:50052"),
+        "remoteScheduler.address: 'armada-executors.example.com:443' — Pulumi.test.yaml's LoadBalancer listens on port":
+            lambda d: armada(d)["remoteScheduler"].update(address="armada-executors.example.com:443"),
+        "priorityClasses: {\"armada-default\": 10} — differs from Pulumi.test.yaml's":
+            lambda d: armada(d).update(priorityClasses={"armada-default": {"priority": 10, "preemptible": False}}),
+    }
+    for expected, change in cases.items():
+        found = armada_workers.mismatches(worker_config_with(change), main_config, "Pulumi.test.yaml")
+        assert len(found) == 1 and f"cloudstation:platform.armada.{expected}" in found[0], (expected, found)
+
+
+def test_main_stack_names_a_stack_file_beside_this_one(tmp_path):
+    main_file = {k: json.loads(v) if v[:1] in "[{" else v for k, v in main_values()[0].items()}
+    (tmp_path / "Pulumi.test.yaml").write_text(yaml.safe_dump({"config": main_file}))
+    with_main = lambda d: d[PLATFORM]["armada"]["remoteScheduler"].update(mainStack="test")  # noqa: E731
+    assert armada_workers.problems(worker_config_with(with_main), tmp_path) == []
+
+    def wrong_pool(document):
+        with_main(document)
+        document[PLATFORM]["armada"]["executors"][0]["pool"] = "default"
+    [found] = armada_workers.problems(worker_config_with(wrong_pool), tmp_path)
+    assert found.startswith("cloudstation:platform.armada.executors[0].pool: 'default'")
+    # The program's own load runs the check (with the repository root, as the program does).
+    with pytest.raises(stack_config.ConfigError, match=r"remoteScheduler.mainStack: 'elsewhere' — no stack file"):
+        worker_config_with(lambda d: d[PLATFORM]["armada"]["remoteScheduler"].update(mainStack="elsewhere"), root=ROOT)

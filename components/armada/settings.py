@@ -400,6 +400,10 @@ class RemoteSchedulerSettings(ConfigModel):
     ca_secret: Optional[DnsLabel] = None
     """Instead of `caCertificate`: a Secret in the Armada namespace whose `ca.crt` is the bundle.
     With neither, the image's public CAs are trusted."""
+    main_stack: Optional[str] = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The main stack, when its stack file (`Pulumi.<mainStack>.yaml`) is beside this one: this
+    stack's executor, pool, cluster id, address and PriorityClasses are then checked against its
+    `armada.workers` entry and `executorApi` before anything is deployed (infra/armada_workers.py)."""
 
     @field_validator("address")
     @classmethod
