@@ -33,6 +33,7 @@ from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import StoresConfig
 from components.network import KubernetesApi
 from components.monitoring import MonitoringConfig
+from components.model import problems as several_problems
 
 PROJECT = "cloudstation"
 """The Pulumi project name (Pulumi.yaml) and so the namespace of every config key."""
@@ -40,6 +41,8 @@ PROJECT = "cloudstation"
 # An image reference pinned by digest, matched whole and ASCII-only; one definition for the
 # config, promotion and the policy pack (infra/image_refs.py).
 from infra.image_refs import DIGEST_REF, is_digest_ref, stack_image_problems  # noqa: E402
+from infra import store_versions  # noqa: E402
+from infra.store_versions import StoreVersions  # noqa: E402
 
 SECRET_KEYS: dict[str, str] = {}
 """`secure:` config keys the program reads, with what each holds. Areas register theirs here."""
@@ -290,6 +293,9 @@ class PlatformConfig(ConfigModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     """Prometheus Operator monitoring: PodMonitors, alerts, dashboards, store exporters (off by
     default; components/monitoring.py, docs/monitoring.md)."""
+    store_versions: StoreVersions = StoreVersions()
+    """The major version each kind of managed store's data was created with, and a major upgrade in
+    progress (infra/store_versions.py, docs/upgrades.md)."""
 
     @model_validator(mode="after")
     def _watch_only_when_owner(self) -> "PlatformConfig":
@@ -418,6 +424,15 @@ class StackConfig(ConfigModel):
                         f"projects[{index}].entities[{position}].name",
                         entity.name,
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _store_majors_match_their_data(self) -> "StackConfig":
+        # A store pin of another major than the data on the volume is refused before any resource
+        # (infra/store_versions.py, docs/upgrades.md).
+        found = store_versions.check(self)
+        if found:
+            raise several_problems(found)
         return self
 
     @model_validator(mode="after")
