@@ -8,7 +8,11 @@ attribute docstring of its field.
 """
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import json
+import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -176,9 +180,35 @@ def _description(model: type[BaseModel], name: str) -> str:
     EntityConfig's defaults)."""
     for cls in model.__mro__:
         info = getattr(cls, "model_fields", {}).get(name) if _is_model(cls) else None
-        if info is not None and info.description:
-            return info.description
+        if info is None:
+            continue
+        description = info.description or attribute_docstrings(cls).get(name)
+        if description:
+            return description
     return ""
+
+
+@functools.cache
+def attribute_docstrings(cls: type) -> dict[str, str]:
+    """{attribute: docstring} of the string literals right under a class's annotated attributes,
+    cleaned as pydantic's use_attribute_docstrings cleans them (pydantic 2.x
+    pydantic/_internal/_docs_extraction.py `DocstringVisitor`: inspect.cleandoc; nested classes and
+    functions not entered), which components/model.py ConfigModel leaves off for its import cost."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    if source.startswith((" ", "\t")):  # a multi-line string less indented than the class
+        source = "def wrapper():\n" + textwrap.indent(source, "    ")
+    node = ast.parse(source).body[0]
+    body = node.body[0].body if isinstance(node, ast.FunctionDef) else node.body
+    found = {}
+    for statement, following in zip(body, body[1:]):
+        if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            found[statement.target.id] = inspect.cleandoc(following.value.value)
+    return found
 
 
 def _model_summary(model: Optional[type[BaseModel]]) -> str:

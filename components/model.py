@@ -19,8 +19,11 @@ class ConfigModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         frozen=True,
-        use_attribute_docstrings=True,
     )
+    # Fields are documented by the docstring under each attribute; the config reference reads them
+    # from the source (cloudstation_tools/config_reference.py). Not pydantic's use_attribute_docstrings:
+    # it walks the import's frames and re-parses each model's source as the class is created, ~0.1 s
+    # of CPU on every render for text only the reference shows (bench/render_cost.py).
 
 
 def problem(allowed: str, subpath: str = "", value: object = None) -> PydanticCustomError:

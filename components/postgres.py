@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
+from components import kube as k8s
 import pulumi_random as random
 from pydantic import Field, model_validator
 

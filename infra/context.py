@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
-import pulumi_kubernetes as k8s
+from components import kube as k8s
 
 from infra import config as stack_config
 from infra.engine_paths import from_program

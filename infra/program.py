@@ -9,7 +9,7 @@ import gc
 from pathlib import Path
 
 import pulumi
-import pulumi_kubernetes as k8s
+from components import kube as k8s
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from infra import config as stack_config

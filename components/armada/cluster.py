@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import pulumi
-import pulumi_kubernetes as k8s
+from components import kube as k8s
 
 from components.armada.settings import PriorityClassSettings
 from components.k8s import PART_OF
