@@ -522,26 +522,28 @@ class FakeArmada:
 
     def _stream(self, request: dict, principal: str):
         queue, job_set = request["queue"], request["id"]
-        with self._lock:
-            if queue not in self.queues:
-                yield stream_error_chunk(NOT_FOUND, f"[GetJobSetEvents] Queue {queue} does not exist")
-                return
-            try:
-                self._authorize(queue, principal, "watch", self.watch_all_events, "watch_all_events")
-            except ApiError as error:
-                yield stream_error_chunk(PERMISSION_DENIED, f"[GetJobSetEvents] error getting events for queue: "
-                                                            f"{queue}, job set: {job_set}: {error.message}")
-                return
-            if request.get("errorIfMissing") and not self.events.get((queue, job_set)):
-                yield stream_error_chunk(NOT_FOUND, f"[GetJobSetEvents] Jobset {job_set} for queue {queue} does not exist")
-                return
+        refusal = position = None
+        with self._lock:  # decide under the lock, write without it
             after = request.get("fromMessageId") or ""
-            try:
-                position = _sequence_key(after) if after else None
-            except ValueError:
-                yield stream_error_chunk(UNKNOWN_CODE, f"Could not convert legacy message id over to new message id "
-                                                       f"for request for queue {queue}, jobset {job_set}")
-                return
+            if queue not in self.queues:
+                refusal = stream_error_chunk(NOT_FOUND, f"[GetJobSetEvents] Queue {queue} does not exist")
+            else:
+                try:
+                    self._authorize(queue, principal, "watch", self.watch_all_events, "watch_all_events")
+                except ApiError as error:
+                    refusal = stream_error_chunk(PERMISSION_DENIED, f"[GetJobSetEvents] error getting events for "
+                                                                    f"queue: {queue}, job set: {job_set}: {error.message}")
+            if refusal is None and request.get("errorIfMissing") and not self.events.get((queue, job_set)):
+                refusal = stream_error_chunk(NOT_FOUND, f"[GetJobSetEvents] Jobset {job_set} for queue {queue} does not exist")
+            if refusal is None and after:
+                try:
+                    position = _sequence_key(after)
+                except ValueError:
+                    refusal = stream_error_chunk(UNKNOWN_CODE, f"Could not convert legacy message id over to new message "
+                                                               f"id for request for queue {queue}, jobset {job_set}")
+        if refusal is not None:
+            yield refusal
+            return
         sent = 0
         while True:
             with self._changed:
