@@ -180,10 +180,14 @@ class KubernetesObject(pulumi.CustomResource):
         """Typed as pulumi-kubernetes types it, so `obj.metadata.name` is an Output[str]."""
         return pulumi.get(self, "metadata")
 
-    @classmethod
-    def get(cls, resource_name: str, id: pulumi.Input[str], opts: Optional[pulumi.ResourceOptions] = None):
-        """Read an existing object: pulumi-kubernetes' own `get` (a read, not a registration)."""
-        return _upstream(*cls._path).get(resource_name, id, opts)
+    class _Get:
+        """`Kind.get(name, id, opts)` is pulumi-kubernetes' own (a read, not a registration), called
+        directly, so the read's stack trace has no frame of ours either."""
+
+        def __get__(self, instance: Any, owner: type) -> Any:
+            return _upstream(*owner._path).get
+
+    get = _Get()
 
 
 _CLASSES: dict[tuple[str, str, str], type] = {}
