@@ -136,8 +136,11 @@ def problems(news: dict) -> list[tuple[str, str]]:
         if not isinstance(item, dict) or not isinstance(item.get("podSpec"), dict):
             found.append(("jobItem", "must be an apiJobSubmitRequestItem with a podSpec"))
         else:
+            annotations = item.get("annotations")
             annotated = annotated_context(item)
-            if annotated is None:
+            if isinstance(annotations, dict) and not _known(annotations.get(CONTEXT_ANNOTATION)):
+                pass  # a preview's unknown: checked again when it is known
+            elif annotated is None:
                 found.append(("jobItem", f"needs the annotation {CONTEXT_ANNOTATION}: <host>/<repository>@sha256:..."))
             elif known("contextDigest") and _known(annotated[1]) and annotated[1] != news["contextDigest"]:
                 found.append(("jobItem", f"{CONTEXT_ANNOTATION} names {annotated[1]}, not contextDigest "

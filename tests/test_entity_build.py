@@ -386,6 +386,8 @@ def test_check_reports_bad_inputs_and_accepts_a_previews_unknowns(tmp_path):
     unknown = {**good, "contentTag": rpc.UNKNOWN, "contextDigest": rpc.UNKNOWN, "jobItem": rpc.UNKNOWN,
                "armadaAuthorization": rpc.UNKNOWN}
     assert provider.check({}, unknown).failures == []
+    partly = {**good, "jobItem": {**good["jobItem"], "annotations": {"cloudstation.io/build-context": rpc.UNKNOWN}}}
+    assert provider.check({}, partly).failures == []
     other = {**good["jobItem"], "annotations": {**good["jobItem"]["annotations"],
                                                  "cloudstation.io/build-context": "r:5000/builds/shop/cart@sha256:" + "9" * 64}}
     bad = {**good, "jobItem": other, "armadaUrl": "armada:8080", "timeoutSeconds": 0, "contextDigest": "sha256:x"}
