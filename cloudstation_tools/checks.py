@@ -334,9 +334,10 @@ HEALTH_ENDPOINTS: dict[str, HealthEndpoint] = {
     "prometheuscommunity/postgres-exporter": HealthEndpoint(("httpGet",), "/"),
     "oliver006/redis_exporter": HealthEndpoint(("httpGet",), "/health"),
 }
-NO_HEALTH_ENDPOINT = ("cloudstateio/cloudstate-operator", "library/python")
+NO_HEALTH_ENDPOINT = ("cloudstateio/cloudstate-operator", "library/python", "martizih/kaniko", "library/busybox")
 """Platform images known to serve no health endpoint (the CloudState operator has none; python
-runs only the stores' backup uploads, run to completion)."""
+runs only the stores' backup uploads, kaniko and busybox only the in-cluster builds' Armada job
+pods (components/build_job.py), all run to completion)."""
 
 
 def image_repository(image: str) -> str:

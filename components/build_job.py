@@ -237,13 +237,15 @@ def build_job_item(
     settings: BuildSettings,
     repository_prefix: str = "",
     plain_http: bool = True,
+    image_mirror: Optional[str] = None,
 ) -> dict:
     """The `apiJobSubmitRequestItem` building `<registry_host>/<prefix>/<project>/<entity>:<content_tag>`
     from the context blob `<registry_host>/<prefix>/builds/<project>/<entity>@<context_digest>`.
 
     `registry_host` is host[:port] of the registry's in-cluster Service (what build pods reach);
     `namespace` the builds namespace and `secret_name` its build Secret (`BuildsNamespace`);
-    `plain_http` is true for the in-cluster registry (HTTP inside the cluster)."""
+    `plain_http` is true for the in-cluster registry (HTTP inside the cluster); `image_mirror`
+    (`platform.imageMirror`) rewrites the pinned builder and fetch images as every platform image."""
     _check(bool(re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", project)), f"project {project!r} is not a DNS label")
     _check(bool(re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", entity)), f"entity {entity!r} is not a DNS label")
     _check(bool(re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$", content_tag)), f"content tag {content_tag!r} is not an image tag and label value")
@@ -264,6 +266,7 @@ def build_job_item(
             secret_name=secret_name,
             settings=settings,
             plain_http=plain_http,
+            image_mirror=image_mirror,
         ),
     }
 
@@ -277,11 +280,12 @@ def pod_spec(
     secret_name: str,
     settings: BuildSettings,
     plain_http: bool = True,
+    image_mirror: Optional[str] = None,
 ) -> dict:
     """The build pod's spec (see the module docstring)."""
     fetch = {
         "name": "fetch",
-        "image": versions.image(FETCH_IMAGE),
+        "image": versions.image(FETCH_IMAGE, image_mirror),
         "command": ["/bin/sh", "-c", fetch_script()],
         "env": [
             {"name": "CONTEXT_URL", "value": context_url},
@@ -299,10 +303,15 @@ def pod_spec(
     build_resources = {"cpu": settings.cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
     build = {
         "name": "build",
-        "image": settings.builder_image,
+        "image": settings.image or versions.image(BUILDER_IMAGE, image_mirror),
         "args": builder_args(destination, registry_host, plain_http, list(settings.registry_mirrors)),
         "env": [{"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR}],
         "resources": {"requests": dict(build_resources), "limits": dict(build_resources)},
+        # A failed build has written no digest to /dev/termination-log, so the kubelet takes the
+        # log's tail (80 lines, 2 KiB) as the termination message, which Armada's executor reports
+        # as the job's error (v0.22.7 internal/executor/util/pod_status.go ExtractPodFailedReason):
+        # the failing test's output reaches /v1/job/errors and so `pulumi up`.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Baseline, not restricted (POD_SECURITY_LEVEL): root in the container (in its own user
         # namespace by default), the capabilities of BUILDER_CAPABILITIES only, no privilege
         # escalation, RuntimeDefault seccomp; writable root, which kaniko unpacks images into.

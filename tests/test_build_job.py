@@ -178,6 +178,10 @@ def test_images_are_the_pins():
     assert versions.digest_of(spec["initContainers"][0]["image"])
     assert spec["containers"][0]["image"] == versions.IMAGES[bj.BUILDER_IMAGE]
     assert checks.image_violations("b", spec) == []
+    mirrored = item(image_mirror="mirror.example:5000/hub")["podSpec"]
+    assert mirrored["initContainers"][0]["image"] == versions.image(bj.FETCH_IMAGE, "mirror.example:5000/hub")
+    assert mirrored["containers"][0]["image"] == versions.image(bj.BUILDER_IMAGE, "mirror.example:5000/hub")
+    assert item(SETTINGS[1], image_mirror="mirror.example:5000/hub")["podSpec"]["containers"][0]["image"] == SETTINGS[1].image
     assert bj.BuildSettings().rebuild_key() != bj.BuildSettings(image=SETTINGS[1].image).rebuild_key()
     assert bj.BuildSettings().rebuild_key() == bj.BuildSettings(cpu="3", egress=[MIRROR]).rebuild_key()
 

@@ -314,7 +314,7 @@ def test_health_probes_rejects_known_images_without_their_probes():
 
 def test_every_pinned_image_has_a_health_endpoint_decision():
     """A new platform image must be classified: health endpoint, none, or not a platform workload."""
-    not_platform_workloads = ("cloudstate-proxy-", "node-cloudstate", "maven", "java-runtime")  # sidecars, build bases
+    not_platform_workloads = ("cloudstate-proxy-", "node-cloudstate", "node-test", "maven", "java-runtime")  # sidecars, build bases
     undecided = [
         name for name, ref in versions.IMAGES.items()
         if not name.startswith(not_platform_workloads)
