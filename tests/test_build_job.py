@@ -388,3 +388,46 @@ def test_the_fetch_script_unpacks_the_blob_only_when_it_is_the_named_one(registr
 
     done, workspace = run_fetch(tmp_path / "auth", url, digest, basic_auth(registry.auth[0], "wrong"))
     assert done.returncode != 0 and not any(workspace.iterdir())
+
+
+# --- what the stacks render --------------------------------------------------------------------------
+
+
+def ints(value):
+    """Numbers as the engine hands them over (protobuf Struct: doubles) back to ints, as the provider
+    submits them (components/entity_build.py)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [ints(v) for v in value]
+    return value
+
+
+def test_every_rendered_build_job_runs_in_the_rendered_builds_namespace_at_its_level(rendered_stacks):
+    """The job items the stacks render (the EntityBuild input the offline render shows) are valid
+    Pods, relax exactly the documented controls, and name the builds namespace the stack renders
+    (enforcing the builder's level) and its build Secret."""
+    checked = 0
+    for stack, rendered in rendered_stacks.items():
+        objects = rendered.manifests()
+        builds = [r for r in rendered.registrations if r.type.endswith("dynamic/builds:EntityBuild")]
+        if not builds:
+            continue
+        [name] = {ints(b.inputs["jobItem"])["namespace"] for b in builds}
+        [namespace] = [o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == name]
+        assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == bj.POD_SECURITY_LEVEL
+        secrets = {o["metadata"]["name"] for o in objects if o["kind"] == "Secret" and o["metadata"].get("namespace") == name}
+        for build in builds:
+            job = ints(build.inputs["jobItem"])
+            assert job["namespace"] == name, stack
+            spec = job["podSpec"]
+            assert validate.validate_all([as_pod(job)]) == [], stack
+            assert checks.baseline_violations(build.name, spec) == []
+            assert sorted(p.split(": ", 1)[1] for p in checks.restricted_violations(build.name, spec)) == sorted([
+                f"adds capabilities {sorted(bj.BUILDER_CAPABILITIES)}", "runAsNonRoot must be true", "runAsUser 0"])
+            assert {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v} <= secrets, stack
+            assert checks.argument_credential_violations(build.name, spec) == []
+            checked += 1
+    assert checked, "no stack renders an in-cluster build (the test stack builds in armada mode)"
