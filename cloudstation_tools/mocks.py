@@ -4,6 +4,14 @@ The mock echoes every resource's inputs as its state and adds the outputs that p
 compute and the program reads (image digests, generated passwords): an output the program reads
 but the mock does not return silently disappears from dependent inputs (reference pulumi.md §4.1).
 Values are deterministic, so two renders of the same config are byte-identical.
+
+Dynamic resources (`pulumi-python:dynamic...`) have no provider here either: an EntityBuild
+(components/entity_build.py) gets a made-up digest like every other mock image, so render stays
+offline and fast. With `ProgramMocks(dynamic=DynamicProviderHost(...))` (the tests' opt-in) they run
+their real provider instead, as the engine and its dynamic-provider host would
+(`DynamicProviderHost`): the whole program then builds against whatever Armada and registry the
+stack config names (tests/test_builds_program.py: the fake Armada, the fake executor and a real
+docker-registry).
 """
 from __future__ import annotations
 
@@ -56,6 +64,122 @@ def _docker_build_image(inputs: dict) -> dict:
     tags = inputs.get("tags") or [""]
     digest = fake_digest(*tags, str(inputs.get("context")))
     return {"digest": digest, "ref": f"{tags[0]}@{digest}"}
+
+
+ENTITY_BUILD_SUFFIX = ":EntityBuild"
+"""Type suffix of the dynamic resource inside each EntityBuild (`pulumi-python:dynamic/<module>:EntityBuild`)."""
+
+
+def is_entity_build(typ: str) -> bool:
+    return typ.startswith("pulumi-python:dynamic") and typ.endswith(ENTITY_BUILD_SUFFIX)
+
+
+def _entity_build(inputs: dict) -> dict:
+    """A made-up result of a build: the digest the registry would answer for the pushed tag."""
+    repository, tag = inputs.get("repository", ""), inputs.get("contentTag", "")
+    builder = json.dumps(inputs.get("builder"), sort_keys=True, default=str)
+    digest = fake_digest("entity-build", repository, tag, builder)
+    return {"digest": digest, "ref": f"{inputs.get('pullHost', '')}/{repository}:{tag}@{digest}", "jobId": ""}
+
+
+def unwrap_secrets(value: Any) -> Any:
+    """`value` as a provider that does not accept secrets receives it: every secret marker removed.
+    The dynamic-provider host answers Configure with `acceptSecrets: False` (pulumi 3.272.0
+    sdk/python/lib/pulumi/dynamic/__main__.py `Configure`), and the engine then marshals inputs with
+    `KeepSecrets: false`, plain values (pulumi/pulumi pkg/resource/plugin/provider_plugin.go)."""
+    if is_wrapped_secret(value):
+        return unwrap_secrets(value["value"])
+    if isinstance(value, dict):
+        return {key: unwrap_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(item) for item in value]
+    return value
+
+
+@dataclass
+class DynamicCall:
+    """One call the engine model made to a dynamic provider."""
+
+    method: str
+    """check, diff, create or update."""
+    name: str
+    """The resource's name."""
+
+
+@dataclass
+class DynamicProviderHost:
+    """Runs dynamic resources' real providers under the mocks, as `pulumi up` (or preview) would.
+
+    What the engine does with a dynamic resource (pulumi/pulumi pkg/resource/deploy/step_generator.go,
+    and the host pulumi 3.272.0 sdk/python/lib/pulumi/dynamic/__main__.py that serves it):
+    - the provider comes from the inputs: `get_provider` base64-decodes `__provider`, unpickles it
+      with dill inside `_deserialize` (serialization context on) and calls `configure` once;
+    - Check(olds, news) always, its failures stop the resource;
+    - no prior state: Create (not in a preview, which only checks); with prior state (`state`, the
+      checkpoint of an earlier run: name -> (id, outputs)): Diff(id, old outputs, news), then
+      nothing, Update, or a replacing Create, by the answer; a preview stops after Diff;
+    - Create's and Update's outputs get `__provider` back (`Create`, `Update`).
+    (The host also resets the SDK's global Settings for its own process; here they are the mocks'.)
+    `types` picks the resources it runs (default: EntityBuild); others get the mocks' echo.
+    `calls` records every provider call, for the tests."""
+
+    types: Callable[[str], bool] = is_entity_build
+    state: dict[str, tuple[str, dict]] = field(default_factory=dict)
+    calls: list[DynamicCall] = field(default_factory=list)
+    _providers: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def provider(self, serialized: str) -> Any:
+        """`get_provider` of the dynamic-provider host: one unpickled, configured provider per text."""
+        import dill
+        from pulumi.dynamic import Config, ConfigureRequest
+        from pulumi.runtime._serialization import _deserialize
+
+        with self._lock:
+            found = self._providers.get(serialized)
+            if found is None:
+                found = _deserialize(lambda: dill.loads(base64.b64decode(serialized)))
+                found.configure(ConfigureRequest(config=Config(raw_config={}, project_name=pulumi.get_project())))
+                self._providers[serialized] = found
+        return found
+
+    def _call(self, method: str, name: str) -> None:
+        with self._lock:
+            self.calls.append(DynamicCall(method, name))
+
+    def run(self, name: str, inputs: dict, preview: bool) -> tuple[Optional[str], dict]:
+        """(id, state) of the resource after the engine's steps; raises what the provider raises."""
+        news = unwrap_secrets(inputs)
+        provider = self.provider(news["__provider"])
+        old = self.state.get(name)
+        self._call("check", name)
+        checked = provider.check(old[1] if old else {}, news)
+        if checked.failures:
+            raise ValueError(f"{name}: check failed: " + "; ".join(f"{f.property}: {f.reason}" for f in checked.failures))
+        news = {**checked.inputs, "__provider": news["__provider"]}
+        replace = True
+        if old is not None:
+            self._call("diff", name)
+            diff = provider.diff(old[0], old[1], news)
+            if diff.changes is False:
+                return old  # a same step: the old outputs stay
+            replace = bool(diff.replaces)
+        if preview:
+            return None, news  # outputs unknown until the step runs
+        if replace:
+            self._call("create", name)
+            result = provider.create(news)
+            id_, outs = result.id, dict(result.outs or {})
+        else:
+            self._call("update", name)
+            id_, outs = old[0], dict(provider.update(old[0], old[1], news).outs or {})
+        outs["__provider"] = news["__provider"]
+        with self._lock:
+            self.state[name] = (id_, outs)
+        return id_, outs
+
+    def calls_of(self, method: str) -> list[str]:
+        return [call.name for call in self.calls if call.method == method]
 
 
 def _random_password(name: str) -> Callable[[dict], dict]:
@@ -112,6 +236,8 @@ class ProgramMocks(pulumi.runtime.Mocks):
     """Every non-secret value the mocks made up (image digests) -> what made it up; render marks them."""
     reads: dict[str, str] = field(default_factory=dict)
     """URN -> `<type> <id>` of every existing object the program read (`Secret.get`, StackReference)."""
+    dynamic: Optional[DynamicProviderHost] = None
+    """Opt-in: run these dynamic resources' real providers (DynamicProviderHost); None: made-up outputs."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _made_up(self, digest: str, what: str) -> None:
@@ -132,6 +258,11 @@ class ProgramMocks(pulumi.runtime.Mocks):
             state.update(_random_id(args.name)(args.inputs))
         elif args.typ == "pulumi:pulumi:StackReference":
             state["outputs"] = {}
+        elif self.dynamic is not None and self.dynamic.types(args.typ):
+            return self.dynamic.run(args.name, args.inputs, pulumi.runtime.is_dry_run())
+        elif is_entity_build(args.typ):
+            state.update(_entity_build(args.inputs))
+            self._made_up(state["digest"], f"the mock's digest for the build {args.name} (no job runs under render)")
         elif args.typ == "kubernetes:core/v1:Secret" and args.resource_id:
             # `Secret.get` of an existing Secret (external stores copy credentials from one).
             state.update(_existing_secret(args.resource_id))

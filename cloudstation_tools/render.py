@@ -95,15 +95,18 @@ def validate_config(stack: str, root: Path = ROOT) -> stack_config.StackConfig:
                              secret_keys=stack_file.secret_keys)
 
 
-def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None) -> Rendered:
-    """Run `infra/__main__.py` for `stack` under mocks (preview=False) and collect everything."""
+def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None, mocks: ProgramMocks | None = None,
+           preview: bool = False) -> Rendered:
+    """Run `infra/__main__.py` for `stack` under mocks (preview=False unless asked) and collect
+    everything. `mocks` may carry an opt-in (ProgramMocks.dynamic: run dynamic providers for real);
+    its `registrations` hold what was registered even when the program fails."""
     stack_file = stack_file or StackFile.read(stack, root)
     stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml", secret_keys=stack_file.secret_keys)
 
-    mocks = ProgramMocks()
+    mocks = mocks if mocks is not None else ProgramMocks()
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.settings.ROOT.set(None)  # a fresh root stack, so exports don't accumulate
-    pulumi.runtime.set_mocks(mocks, project=stack_config.PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=stack_config.PROJECT, stack=stack, preview=preview, monitor=monitor)
     pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
     outputs: dict[str, Any] = {}
 

@@ -95,6 +95,10 @@ class ProjectEnvironmentArgs:
     depends_on: Sequence[pulumi.Resource] = ()
     """The CloudState CRDs and operator, when this stack owns them (else they exist already)."""
     image_mirror: Optional[str] = None
+    builds: Sequence[pulumi.Resource] = ()
+    """Every image build of the project (infra/delivery.py): each StatefulService waits for all of
+    them, not only its own image, so a failed build changes none of the project's entities (deploy
+    gating; the engine runs no step of a resource whose dependency failed)."""
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -280,7 +284,7 @@ class ProjectEnvironment(Component):
         self.services: list[str] = []
         for entity in args.entities:
             waits = [*args.depends_on, operator_binding, pull_secret, account, binding,
-                     *(store.ready if store and entity.needs_store else [])]
+                     *(store.ready if store and entity.needs_store else []), *args.builds]
             k8s.apiextensions.CustomResource(
                 f"{name}-{entity.service_name}",
                 api_version=crds.API_VERSION,

@@ -35,7 +35,7 @@ from components.postgres import Postgres, PostgresArgs
 from components.postgres_backup import backup_for
 from components.pulsar import Pulsar, PulsarArgs
 from components.redis import Redis, RedisArgs
-from infra import monitoring
+from infra import builds, monitoring
 from infra.config import PROJECT
 from infra.versions import image
 
@@ -60,6 +60,12 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         )
         for name in armada.job_namespaces
     ]
+    # The builds namespace (infra/builds.py) is one more job namespace: the executors' RoleBindings
+    # and the admission policy cover it; BuildsNamespace creates it with the builder's Pod Security level.
+    builds_namespace = builds.namespace(stack, stack.opts)
+    if builds_namespace is not None:
+        job_namespaces.append(builds_namespace)
+        armada = armada.model_copy(update={"job_namespaces": [*armada.job_namespaces, config.platform.builds_namespace]})
     # Everything below lives in the Armada namespace, so it waits for it.
     opts = pulumi.ResourceOptions(provider=stack.provider, depends_on=[namespace])
 
@@ -113,6 +119,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             context=f"cloudstation-{stack.stack}",
             api_address=public_grpc or f"localhost:{SERVER_PORTS['grpc']}",
             api_tls=public_grpc is not None,
+            builds=builds_namespace is not None,
         ),
         opts,
     )
@@ -147,6 +154,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             executor_users=[service_account_user(armada.namespace, executor_name(e)) for e in armada.executors],
             job_namespaces=armada.job_namespaces,
             job_service_account=armada.job_service_account,
+            **builds.admission(config),
         ),
         pulumi.ResourceOptions(provider=stack.provider, depends_on=job_namespaces),
     )
@@ -167,10 +175,12 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     # Queues go through the server's REST API, so they need the server up (and not the
     # Kubernetes provider: they belong to their dynamic provider).
     queue_names = pulumi.Output.from_input([])
-    queue_settings = queues_args(config, default_login=(auth.queue_user, auth.queue_password))
+    queue_settings = queues_args(config, default_login=(auth.queue_user, auth.queue_password), build_user=auth.build_user)
     if queue_settings is not None:
         queues = Queues("armada-queues", queue_settings, pulumi.ResourceOptions(depends_on=[server.deployment]))
         queue_names = queues.names
+        if builds_namespace is not None:
+            builds.hand_over(stack, builds.armada_builds(config, auth, builds_namespace, queues, executors))
 
     grpc_address = server.service_name.apply(
         lambda name: f"{service_dns(name, armada.namespace)}:{SERVER_PORTS['grpc']}"

@@ -12,7 +12,7 @@ from components.cloudstate_operator import CloudStateOperator, OperatorArgs
 from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.project_environment import EntityService, ProjectEnvironment, ProjectEnvironmentArgs
-from infra import cluster_sharing, delivery, monitoring
+from infra import builds, cluster_sharing, delivery, monitoring
 # What the operator reconciles, one definition, which config validation also checks across the
 # stack files sharing a cluster (infra/cluster_sharing.py).
 from infra.cluster_sharing import project_namespace, project_state_namespace, watched_namespaces  # noqa: F401
@@ -21,12 +21,17 @@ if TYPE_CHECKING:
     from infra.context import StackContext
 
 
-def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
+PLATFORM_NAMESPACE = "platform-namespace"
+"""StackContext.shared key: the platform Namespace, from `deploy_platform` to `deploy`."""
+
+
+def deploy_platform(stack: "StackContext") -> dict[str, pulumi.Output]:
+    """The platform namespace and the registry, before Armada (infra/areas.py): the builds
+    namespace there needs the registry's credentials (infra/builds.py)."""
     config = stack.config
     if not config.projects:
         return {}  # an Armada worker stack (platform.armada.mode: executor-only) without projects
     platform = config.platform
-    environment = config.environment.value
     # "restricted": it holds the registry, its credentials and the operator, all restricted; the
     # operator-generated entity pods (baseline only, components/project_environment.py) run
     # elsewhere, project-state's in its own namespace. Kept when the stack drops it if it holds the
@@ -38,7 +43,23 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     )
     access = delivery.deploy_registry(stack, platform_namespace)
     monitoring.registry(stack, platform_namespace.name)
-    images = delivery.entity_images(stack, access)
+    stack.shared[PLATFORM_NAMESPACE] = platform_namespace
+    stack.shared[builds.REGISTRY] = access
+    return {}
+
+
+def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
+    config = stack.config
+    if not config.projects:
+        return {}  # an Armada worker stack (platform.armada.mode: executor-only) without projects
+    platform = config.platform
+    environment = config.environment.value
+    platform_namespace: Namespace = stack.shared[PLATFORM_NAMESPACE]
+    access: delivery.RegistryAccess = stack.shared[builds.REGISTRY]
+    # Deploy gating: a project's StatefulServices wait for every build of that project, so a
+    # failed build (its test, say) leaves the project's running deployment untouched, not half-updated.
+    built: dict[str, list[pulumi.Resource]] = {}
+    images = delivery.entity_images(stack, access, built)
 
     cluster_resources: list[pulumi.Resource] = []
     if platform.owns_cluster_resources:
@@ -86,6 +107,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
                 )
             ],
             store_kind=platform.project_state_store,
+            builds=built.get(delivery.PLATFORM_PROJECT, []),
             **common,
         ),
         stack.opts,
@@ -109,6 +131,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
                     for entity in project.entities
                 ],
                 store_kind=project.store,
+                builds=built.get(project.name, []),
                 **common,
             ),
             stack.opts,

@@ -27,6 +27,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError, Validati
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
 from components.armada.settings import EXECUTOR_PASSWORD_KEY, ArmadaConfig
+from components.build_job import BuildSettings
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
 from components.cloudstate_operator import CloudStateArgs
@@ -257,6 +258,20 @@ class KubernetesConfig(ConfigModel):
         return self
 
 
+class BuildsConfig(BuildSettings):
+    """How the test stack builds entity images (docs/builds.md). Prod never builds. Besides `mode`,
+    the in-cluster builder's settings (components/build_job.py BuildSettings, one definition)."""
+
+    mode: Optional[Literal["armada", "local"]] = None
+    """`armada`: every changed entity is built, tested and pushed inside the cluster, as one Armada
+    job in its project's `<project>-builds` queue (no Docker engine on the machine running
+    `pulumi up`); `local`: pulumi-docker builds with the Docker engine of that machine and pushes
+    through the registry's push host. Unset: `armada` in a stack that runs Armada
+    (`platform.armada.enabled`), manages its build queues (`armada.queueApi.enabled`,
+    `armada.projectQueue.enabled`) and its registry (`registry.mode: managed`), else `local`. Build
+    pods run in the namespace `<platform namespace>-build`."""
+
+
 class PlatformConfig(ConfigModel):
     """Cluster-level services shared by all projects of the stack."""
 
@@ -296,6 +311,26 @@ class PlatformConfig(ConfigModel):
     store_versions: StoreVersions = StoreVersions()
     """The major version each kind of managed store's data was created with, and a major upgrade in
     progress (infra/store_versions.py, docs/upgrades.md)."""
+    builds: BuildsConfig = BuildsConfig()
+    """How the test stack builds entity images: in the cluster as Armada jobs, or locally
+    (docs/builds.md)."""
+
+    @property
+    def build_mode(self) -> str:
+        """The effective `builds.mode`: as set, else `armada` where this stack runs Armada and
+        manages its build queues, else `local`."""
+        if self.builds.mode:
+            return self.builds.mode
+        armada = self.armada
+        # A worker stack (armada.mode: executor-only) has no server to submit builds to.
+        runs_builds = armada.enabled and armada.mode == "full" and armada.queue_api.enabled and armada.project_queue.enabled
+        return "armada" if runs_builds and self.registry.mode == "managed" else "local"
+
+    @property
+    def builds_namespace(self) -> str:
+        """Where Armada runs the build pods (`<platform namespace>-build`: as long as the
+        project-state namespace `-state`, whose length check covers both)."""
+        return f"{self.namespace}-build"
 
     @model_validator(mode="after")
     def _watch_only_when_owner(self) -> "PlatformConfig":
@@ -315,6 +350,54 @@ class PlatformConfig(ConfigModel):
         if "cluster_owner_stack" in self.model_fields_set and self.owns_cluster_resources:
             raise problem("only for a stack that does not own its cluster (ownsClusterResources: false)",
                           ".clusterOwnerStack", self.cluster_owner_stack)
+        return self
+
+    @model_validator(mode="after")
+    def _armada_builds_need_armada(self, info: ValidationInfo) -> "PlatformConfig":
+        # Build jobs go to this stack's Armada: its `<project>-builds` queues (managed here, so the
+        # build user's submit right is set on them) and its builds namespace.
+        mode = self.builds.mode
+        if (info.context or {}).get("environment") == Environment.PROD and "builds" in self.model_fields_set:
+            raise problem("prod never builds: it deploys the images promoted from test; remove platform.builds",
+                          ".builds", self.builds.model_dump(by_alias=True, mode="json"))
+        if mode != "armada":
+            return self
+        armada = self.armada
+        if armada.enabled and armada.mode != "full":
+            raise problem(
+                "builds are submitted to this stack's Armada server, and a worker stack (platform.armada.mode: "
+                "executor-only) has none; set builds.mode: local", ".builds.mode", mode,
+            )
+        if not armada.enabled:
+            raise problem(
+                "builds run as jobs of this stack's Armada, but platform.armada.enabled is false; "
+                "set builds.mode: local (pulumi-docker on the machine running `pulumi up`) or enable Armada",
+                ".builds.mode", mode,
+            )
+        if not armada.queue_api.enabled or not armada.project_queue.enabled:
+            key = "queueApi.enabled" if not armada.queue_api.enabled else "projectQueue.enabled"
+            raise problem(
+                f"builds are submitted to the `<project>-builds` queues this stack manages, but "
+                f"platform.armada.{key} is false; set it to true, or builds.mode: local",
+                ".builds.mode", mode,
+            )
+        if self.registry.mode != "managed":
+            raise problem(
+                f"build pods push to this stack's managed registry through its in-cluster Service, but "
+                f"platform.registry.mode is '{self.registry.mode}'; use builds.mode: local with it",
+                ".builds.mode", mode,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _builds_namespace_free(self) -> "PlatformConfig":
+        if self.build_mode != "armada":
+            return self
+        name = self.builds_namespace
+        for key, taken in ((".armada.namespace", [self.armada.namespace]), (".armada.jobNamespaces", self.armada.job_namespaces)):
+            if name in taken:
+                raise problem(f"'{name}' is the builds namespace (`<platform namespace>-build`, its own Pod Security "
+                              "level and policies); choose another name", key, name)
         return self
 
     @model_validator(mode="after")
@@ -440,6 +523,8 @@ class StackConfig(ConfigModel):
         # Each project's build queue is `<project>-builds` (components/armada/queue.py).
         armada = self.platform.armada
         names = [project.name for project in self.projects]
+        if self.environment is Environment.TEST and self.platform.build_mode == "armada":
+            names.append("platform")  # the project-state entity builds in `platform-builds` (infra/builds.py)
         for index, name in project_queue_clashes(armada.queues, names, armada.project_queue.enabled):
             raise problem(
                 "already the build queue of a project (`<project>-builds`); choose another queue name",

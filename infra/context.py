@@ -27,6 +27,9 @@ class StackContext:
     cwd: Path = field(default_factory=Path.cwd)
     """The program's working directory, which the engine also starts every provider in
     (Pulumi.yaml `main`: infra/): path inputs are relative to it (infra/engine_paths.py)."""
+    shared: dict = field(default_factory=dict, compare=False)
+    """What one area hands to a later one (infra/areas.py order): the registry access the builds
+    namespace needs, the Armada access the entity builds need (infra/builds.py)."""
 
     def path(self, from_root: str | Path) -> str:
         """A path of the stack config (relative to root) as a provider input (relative to cwd)."""

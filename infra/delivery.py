@@ -4,11 +4,14 @@ infra/cloudstation.py calls, in this order:
 
     access = deploy_registry(stack, platform_namespace)     # managed registry or external access
     image_pull_secret(name, access, namespace, opts)         # per namespace that runs entities
-    images = entity_images(stack, access)                    # (project, entity) -> digest-pinned ref
+    images = entity_images(stack, access, built)             # (project, entity) -> digest-pinned ref
     outputs = {**access.outputs, **images_output(images)}
 
-The test stack builds and pushes every entity without an `image` (components/entity_image.py);
-the prod stack never builds and deploys exactly the digest-pinned `image` of each entity.
+The test stack builds every entity without an `image`: as an Armada job in the cluster
+(`platform.builds.mode: armada`, components/entity_build.py, wired in infra/builds.py) or with
+the local Docker engine (`local`, components/entity_image.py); either way the image is tagged
+with the entity's content hash and deployed by digest. The prod stack never builds and deploys
+exactly the digest-pinned `image` of each entity.
 """
 from __future__ import annotations
 
@@ -71,6 +74,13 @@ def client_namespaces(config: StackConfig) -> list[str]:
     return list(own_namespaces(config))
 
 
+def registry_build_clients(config: StackConfig) -> list[str]:
+    """The builds namespace, whose pods the registry admits, when this stack builds in Armada."""
+    from infra import builds
+
+    return [config.platform.builds_namespace] if builds.in_armada(config) else []
+
+
 def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAccess:
     """managed: the Registry component in the platform namespace; shared: access to the registry
     another stack manages in this cluster (credentials read from its Secret); external: access only."""
@@ -84,7 +94,8 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
             RegistryArgs(
                 config=config,
                 namespace=namespace.name,
-                client_namespaces=client_namespaces(stack.config),
+                # Build pods fetch contexts and push images too (infra/builds.py).
+                client_namespaces=client_namespaces(stack.config) + registry_build_clients(stack.config),
                 image=versions.image("registry", stack.config.platform.image_mirror),
                 metrics=stack.config.platform.monitoring.enabled,  # /metrics on the debug port (docs/monitoring.md)
             ),
@@ -181,11 +192,18 @@ def entity_dockerfile(root: Path, project: str, entity: EntityConfig, mirror: Op
     return relative.as_posix(), text
 
 
-def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[str, str], pulumi.Output[str]]:
+def entity_images(
+    stack: "StackContext", access: RegistryAccess, built: Optional[dict[str, list[pulumi.Resource]]] = None
+) -> dict[tuple[str, str], pulumi.Output[str]]:
     """Digest-pinned image reference of every entity, keyed (project, entity).
 
-    test: built and pushed (unless the entity sets `image`); prod: the entity's `image`, never built."""
+    test: built and pushed (unless the entity sets `image`), in the cluster (`builds.mode: armada`)
+    or locally; prod: the entity's `image`, never built. `built` collects each project's builds
+    (project -> resources), which its deployment waits for (deploy gating)."""
+    from infra import builds
+
     config = stack.config
+    in_armada = builds.in_armada(config)
     images: dict[tuple[str, str], pulumi.Output[str]] = {}
     tags: dict[tuple[str, str], str] = {}  # one walk per context and Dockerfile within this run
     for project, entity in all_entities(config):
@@ -195,6 +213,12 @@ def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[s
         dockerfile, text = entity_dockerfile(stack.root, project, entity, config.platform.image_mirror)
         if (entity.source, text) not in tags:
             tags[(entity.source, text)] = content_tag(stack.root / entity.source, text)
+        if in_armada:
+            build = builds.entity_build(stack, access, project, entity.name, entity.source, text, tags[(entity.source, text)])
+            images[(project, entity.name)] = build.ref
+            if built is not None:
+                built.setdefault(project, []).append(build)
+            continue
         image = EntityImage(
             f"image-{project}-{entity.name}",
             EntityImageArgs(
@@ -213,6 +237,8 @@ def entity_images(stack: "StackContext", access: RegistryAccess) -> dict[tuple[s
             pulumi.ResourceOptions(depends_on=[access.registry] if access.registry else []),
         )
         images[(project, entity.name)] = image.ref
+        if built is not None:
+            built.setdefault(project, []).append(image)
     return images
 
 

@@ -95,6 +95,8 @@ PATH_INPUTS: tuple[PathInput, ...] = (
     PathInput("docker:index/image:Image", "build.dockerfile", FILE),
     PathInput("docker-build:index:Image", "context.location", DIRECTORY),
     PathInput("docker-build:index:Image", "dockerfile.location", FILE),
+    # The in-cluster build's provider re-reads the context at create (components/entity_build.py).
+    PathInput("pulumi-python:dynamic/builds:EntityBuild", "contextDir", DIRECTORY),
     PathInput("pulumi:providers:kubernetes", "renderYamlToDirectory", OUTPUT_DIRECTORY),
     PathInput("pulumi:providers:kubernetes", "kubeconfig", KUBECONFIG),
     PathInput("kubernetes:yaml:ConfigFile", "file", FILE),

@@ -96,11 +96,13 @@ def test_the_test_stack_checks_a_context_and_a_dockerfile_per_built_entity(rende
     """The check above is not vacuous: the test stack passes two path inputs per image."""
     rendered = rendered_stacks["test"]
     images = rendered.of_type(DOCKER_IMAGE)
-    assert images
+    # In-cluster builds (builds.mode: armada) pass the context directory alone (the Dockerfile is text).
+    builds = rendered.of_type("pulumi-python:dynamic/builds:EntityBuild")
+    assert images or builds
     checked = [(r.name, entry.property) for r, entry, _ in path_values(rendered.registrations)]
-    assert sorted(checked) == sorted((r.name, p) for r in images for p in ("build.context", "build.dockerfile"))
-    for image in images:
-        context = image.inputs["build"]["context"]
+    assert sorted(checked) == sorted([(r.name, p) for r in images for p in ("build.context", "build.dockerfile")]
+                                     + [(r.name, "contextDir") for r in builds])
+    for context in [image.inputs["build"]["context"] for image in images] + [b.inputs["contextDir"] for b in builds]:
         assert context.startswith("../entities/"), context
 
 

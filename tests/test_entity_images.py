@@ -337,9 +337,28 @@ def test_a_bad_build_platform_is_a_config_error_naming_the_key(platform):
     assert problem.startswith(f"cloudstation:platform.registry.buildPlatform: {platform!r} — must be one platform os/arch[/variant]")
 
 
-def test_a_set_build_platform_reaches_every_image():
+_LOCAL: dict = {}
+
+
+def local_test_render() -> render.Rendered:
+    """The test stack with `platform.builds.mode: local`: pulumi-docker builds, as before in-cluster
+    builds (tests/test_builds_program.py covers `armada`, the default where Armada runs)."""
+    if "test" not in _LOCAL:
+        _LOCAL["test"] = render.render("test", stack_file=local_stack_file())
+    return _LOCAL["test"]
+
+
+def local_stack_file(values: dict | None = None) -> render.StackFile:
     stack_file = render.StackFile.read("test")
-    stack_file.values = registry_values(buildPlatform="linux/arm64")
+    if values is not None:
+        stack_file.values = values
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    stack_file.values["cloudstation:platform"] = json.dumps({**platform, "builds": {"mode": "local"}})
+    return stack_file
+
+
+def test_a_set_build_platform_reaches_every_image():
+    stack_file = local_stack_file(registry_values(buildPlatform="linux/arm64"))
     rendered = render.render("test", stack_file=stack_file)
     builds = [r.inputs["build"] for r in rendered.of_type(DOCKER_IMAGE)]
     assert builds and {build.get("platform") for build in builds} == {"linux/arm64"}
@@ -365,6 +384,8 @@ def entity_keys(config: stack_config.StackConfig) -> set[str]:
 
 def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
     config = promoted.validate_config(rendered.stack)
+    if rendered.stack == "test":
+        rendered = local_test_render()
     built = {r.name for r in rendered.of_type(DOCKER_IMAGE)}
     if rendered.stack == "test":
         assert built == {f"image-{key.replace('/', '-')}-image" for key in entity_keys(config)}
@@ -387,7 +408,7 @@ def test_images_output_is_every_entity_digest_pinned_on_the_pull_host(rendered):
 
 
 def test_test_stack_tags_are_the_content_hash_of_each_source(rendered_stacks):
-    rendered = rendered_stacks["test"]
+    rendered = local_test_render()
     config = render.validate_config("test")
     for project, entity in delivery.all_entities(config):
         _, text = delivery.entity_dockerfile(ROOT, project, entity, config.platform.image_mirror)

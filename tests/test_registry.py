@@ -340,7 +340,9 @@ def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stack
     assert not [o for o in objects(rendered, "Ingress") if o["metadata"]["name"] == "registry"]  # off by default
     policy = find(rendered, "NetworkPolicy", "registry", config.platform.namespace)
     peers = policy["spec"]["ingress"][0]["from"]
-    assert peers[0]["namespaceSelector"]["matchExpressions"][0]["values"] == sorted(delivery.client_namespaces(config))
+    # Build pods (builds.mode: armada) fetch contexts and push images too.
+    assert peers[0]["namespaceSelector"]["matchExpressions"][0]["values"] == sorted(
+        delivery.client_namespaces(config) + delivery.registry_build_clients(config))
     assert [p["ipBlock"]["cidr"] for p in peers[1:]] == [str(c) for c in config.platform.registry.node_cidrs]
     config_map = find(rendered, "ConfigMap", "registry-config", config.platform.namespace)
     assert "[secret]" not in config_map["data"]["config.yml"]

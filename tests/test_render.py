@@ -294,7 +294,7 @@ def test_mock_digests_are_recognisable_and_marked(rendered, tmp_path):
     (tests/promoted.py): marked too, though its own mocks made none."""
     text = written(rendered, tmp_path)
     header = re.split(r"(?m)^---\n", text, maxsplit=1)[0]
-    builds = rendered.of_type("docker:index/image:Image")
+    builds = rendered.of_type("docker:index/image:Image") + rendered.of_type("pulumi-python:dynamic/builds:EntityBuild")
     assert len(rendered.made_up) == len(builds)
     for digest in rendered.made_up:
         assert digest.startswith(MOCK_DIGEST_PREFIX) and DIGEST.fullmatch(digest)
@@ -383,7 +383,8 @@ def test_render_loads_only_what_the_stack_uses():
     (kubernetes_validate, jsonschema) or the tests is ever loaded."""
     test, prod = loaded_by_render("test"), loaded_by_render("prod")
     assert "pulumi_kubernetes" in test and "pulumi_kubernetes" in prod
-    assert "pulumi_docker" in test  # builds its entities' images
+    # builds its entities' images, with Docker only in `local` mode (infra/builds.py: in the cluster otherwise)
+    assert ("pulumi_docker" in test) == (render.validate_config("test").platform.build_mode == "local")
     assert "pulumi_docker" not in prod  # deploys promoted references only
     assert not (test | prod) & set(NEVER_LOADED)
 

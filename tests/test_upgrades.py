@@ -110,7 +110,9 @@ def expected_changes(before: engine.Graph, group: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {"replace": set(), "update": set(), "other": set()}
     for resource in before.resources:
         if not resource.is_object:
-            if resource.custom and _names(resource.inputs, refs):
+            # An in-cluster build's dockerfileText is the entity's own Dockerfile (its source), not a pin.
+            inputs = {k: v for k, v in resource.inputs.items() if k != "dockerfileText"}
+            if resource.custom and _names(inputs, refs):
                 found["other"].add(resource.urn)
             continue
         template = _template(resource)
@@ -122,6 +124,15 @@ def expected_changes(before: engine.Graph, group: str) -> dict[str, set[str]]:
             found["update" if mutable_config and resource.inputs.get("immutable") is not True else "replace"].add(resource.urn)
         elif _names(resource.inputs, refs):
             found.setdefault("unclassified", set()).add(resource.urn)
+    # A builder pin is a rebuild key of the in-cluster builds (EntityBuild `builder`,
+    # components/entity_build.py): every image is built again under a new digest, so each
+    # StatefulService deploying one of those images updates.
+    for build in before.resources:
+        if build.type == "pulumi-python:dynamic/builds:EntityBuild" and _names(build.inputs.get("builder"), refs):
+            image = f"{build.inputs['pullHost']}/{build.inputs['repository']}:{build.inputs['contentTag']}@"
+            for resource in before.resources:
+                if resource.is_object and resource.kind == "StatefulService" and image in json.dumps(resource.inputs):
+                    found["update"].add(resource.urn)
     return found
 
 

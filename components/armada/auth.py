@@ -16,6 +16,7 @@ Who is who (each user only in its own group; Armada also puts everyone in `every
 | `admin` (people, armadactl) | server, binoculars | `armada-admins` | what `auth.permissionGroupMapping` grants (default: everything) |
 | `auth.users[*]` | server, binoculars | their `groups` | what the mapping grants those groups |
 | `cloudstation-queues` (`pulumi up`) | server | `cloudstation-queue-managers` | create_queue, delete_queue |
+| `cloudstation-builds` (`pulumi up`, `platform.builds.mode: armada`) | server | none | submit to the `<project>-builds` queues only (a queue permission, components/armada/queue.py) |
 | `cloudstation-scheduler` | server; the other schedulers (more than one replica) | none | read queues; a non-leader asks the leader for scheduling reports (neither needs a permission) |
 | `cloudstation-server` | scheduler | none | scheduling reports (need no permission) |
 | `cloudstation-executor-<name>` | scheduler | `cloudstation-executors` | execute_jobs |
@@ -42,6 +43,11 @@ ADMIN = "admin"
 SERVER_USER = "cloudstation-server"
 SCHEDULER_USER = "cloudstation-scheduler"
 QUEUES_USER = "cloudstation-queues"
+BUILDS_USER = "cloudstation-builds"
+"""Who `pulumi up` submits build jobs as: no group, so no server permission; each build queue
+grants it the verb `submit` alone (Armada v0.22.7 internal/server/submit/submit.go `authorize`:
+`submit_any_jobs` or the queue's `submit` verb). Reading job status and errors needs no permission
+(internal/server/queryapi/query_api.go checks none)."""
 AUTH_DIR = "/secrets"
 AUTH_FILE = "auth.yaml"
 AUTH_PATH = f"{AUTH_DIR}/{AUTH_FILE}"
@@ -59,7 +65,6 @@ def worker_secret(worker: WorkerSettings) -> str:
     return f"armada-worker-{worker.name}"
 
 
-
 @dataclass(frozen=True)
 class Principal:
     name: str
@@ -71,8 +76,9 @@ def people(config: ArmadaConfig) -> list[Principal]:
     return [Principal(ADMIN, (ADMINS,)), *(Principal(u.name, tuple(u.groups)) for u in config.auth.users)]
 
 
-def server_principals(config: ArmadaConfig) -> list[Principal]:
-    return [*people(config), Principal(SCHEDULER_USER), Principal(QUEUES_USER, (QUEUE_MANAGERS,))]
+def server_principals(config: ArmadaConfig, builds: bool = False) -> list[Principal]:
+    found = [*people(config), Principal(SCHEDULER_USER), Principal(QUEUES_USER, (QUEUE_MANAGERS,))]
+    return found + [Principal(BUILDS_USER)] if builds else found
 
 
 def scheduler_principals(config: ArmadaConfig) -> list[Principal]:
@@ -89,10 +95,10 @@ def binoculars_principals(config: ArmadaConfig) -> list[Principal]:
     return people(config)
 
 
-def all_principals(config: ArmadaConfig) -> list[Principal]:
+def all_principals(config: ArmadaConfig, builds: bool = False) -> list[Principal]:
     """Everyone who gets a password (each exactly once)."""
     found: dict[str, Principal] = {}
-    for principal in [*server_principals(config), *scheduler_principals(config)]:
+    for principal in [*server_principals(config, builds), *scheduler_principals(config)]:
         found.setdefault(principal.name, principal)
     return list(found.values())
 
@@ -112,9 +118,9 @@ def client_section(connection: str, user: str, passwords: Mapping[str, str]) -> 
     return {connection: {"basicAuth": {"username": user, "password": passwords[user]}}}
 
 
-def server_auth_file(config: ArmadaConfig, passwords: Mapping[str, str]) -> dict:
+def server_auth_file(config: ArmadaConfig, passwords: Mapping[str, str], builds: bool = False) -> dict:
     return {
-        **users_section(server_principals(config), passwords),
+        **users_section(server_principals(config, builds), passwords),
         **client_section("schedulerApiConnection", SERVER_USER, passwords),
     }
 
@@ -172,13 +178,15 @@ class ArmadaAuthArgs:
     api_address: str
     """gRPC address users reach: the public one, or `localhost:50051` through a port-forward."""
     api_tls: bool = False
+    builds: bool = False
+    """Generate the build submitter `cloudstation-builds` (`platform.builds.mode: armada`)."""
 
 
 class ArmadaAuth(Component):
     """Passwords (RandomPassword) and Secrets. Attributes: `server`, `scheduler`, `binoculars`
     (ServiceCredentials, binoculars None when disabled), `executors` ({executor name:
     ServiceCredentials}), `queue_user` and `queue_password` (secret Output) for the queue
-    resources, `login_secrets` ({user: Secret name} with keys username, password, armadactl.yaml)."""
+    resources, `build_user` and `build_password` (None without `builds`) for the build jobs, `login_secrets` ({user: Secret name} with keys username, password, armadactl.yaml)."""
 
     def __init__(self, name: str, args: ArmadaAuthArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:armada:Auth", name, None, opts)
@@ -188,7 +196,7 @@ class ArmadaAuth(Component):
             p.name: random.RandomPassword(
                 f"{name}-{p.name}", length=PASSWORD_LENGTH, special=False, opts=child
             ).result
-            for p in all_principals(config)
+            for p in all_principals(config, args.builds)
         }
         passwords = pulumi.Output.all(**generated)
 
@@ -203,7 +211,7 @@ class ArmadaAuth(Component):
             )
             return ServiceCredentials(secret.metadata.name, pulumi.Output.unsecret(text.apply(checksum)))
 
-        self.server = credentials("armada-server", lambda p: server_auth_file(config, p))
+        self.server = credentials("armada-server", lambda p: server_auth_file(config, p, args.builds))
         self.scheduler = credentials("armada-scheduler", lambda p: scheduler_auth_file(config, p))
         self.executors = {
             e.name: credentials(f"armada-executor-{e.name}", lambda p, e=e: executor_auth_file(e, p))
@@ -215,6 +223,8 @@ class ArmadaAuth(Component):
         )
         self.queue_user = QUEUES_USER
         self.queue_password = pulumi.Output.secret(generated[QUEUES_USER])
+        self.build_user = BUILDS_USER if args.builds else None
+        self.build_password = pulumi.Output.secret(generated[BUILDS_USER]) if args.builds else None
 
         # Each worker's credentials, read by whoever sets up its stack (docs/armada.md "Worker clusters").
         self.workers: dict[str, pulumi.Output[str]] = {}

@@ -73,12 +73,33 @@ def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-def job_policy_validations(job_namespaces: Sequence[str], job_service_account: str) -> list[dict]:
+QUEUE_LABEL = "armada_queue_id"
+"""The label Armada's executor sets on a job's pod to the job's queue, over any label the job
+asked for (v0.22.7 internal/executor/util/kubernetes_object.go `CreatePodFromExecutorApiJob`:
+`util.MergeMaps(job labels, {domain.Queue: job.Queue, ...})`, the later map wins): a job cannot forge it."""
+
+
+def job_policy_validations(
+    job_namespaces: Sequence[str], job_service_account: str, build_namespace: Optional[str] = None,
+    build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
+) -> list[dict]:
     """The rules: in a job namespace, as the designated service account, without platform labels.
     CEL against the admission request (`request`) and the object after mutating admission
-    (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`)."""
+    (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`). With a builds
+    namespace: only jobs of the build queues run there (its pods may read the registry's push
+    credentials), and only they may carry `build_labels`."""
     # A key whose prefix is the domain or a subdomain of it (core CEL `matches`, RE2 syntax).
     platform_label = f"k.matches('^([^/]*[.])?{PLATFORM_LABEL_DOMAIN.replace('.', '[.]')}/')"
+    if build_namespace:
+        platform_label += f" && !(request.namespace == '{build_namespace}' && k in {cel_list(build_labels)})"
+    builds = [] if not build_namespace else [{
+        "expression": (
+            f"request.namespace != '{build_namespace}' || (has(object.metadata.labels) && "
+            f"'{QUEUE_LABEL}' in object.metadata.labels && object.metadata.labels['{QUEUE_LABEL}'] in {cel_list(build_queues)})"
+        ),
+        "message": f"only jobs of the build queues ({', '.join(build_queues)}) run in the builds namespace {build_namespace}",
+        "reason": "Forbidden",
+    }]
     return [
         {
             "expression": f"request.namespace in {cel_list(job_namespaces)}",
@@ -104,10 +125,14 @@ def job_policy_validations(job_namespaces: Sequence[str], job_service_account: s
             "message": "Armada jobs may not carry the platform's own labels",
             "reason": "Forbidden",
         },
+        *builds,
     ]
 
 
-def job_policy(executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str) -> dict:
+def job_policy(
+    executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str,
+    build_namespace: Optional[str] = None, build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
+) -> dict:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) on what the
     executors' service accounts create or change: pods, services, ingresses."""
     return {
@@ -125,7 +150,9 @@ def job_policy(executor_users: Sequence[str], job_namespaces: Sequence[str], job
             "matchConditions": [
                 {"name": "an-armada-executor", "expression": f"request.userInfo.username in {cel_list(executor_users)}"},
             ],
-            "validations": job_policy_validations(job_namespaces, job_service_account),
+            "validations": job_policy_validations(
+                job_namespaces, job_service_account, build_namespace, build_queues, build_labels
+            ),
         },
     }
 
@@ -194,6 +221,11 @@ class ClusterPrerequisitesArgs:
     """Kubernetes user names of the executors' service accounts (the admission policy's subjects)."""
     job_namespaces: Sequence[str] = ()
     job_service_account: str = "default"
+    build_namespace: Optional[str] = None
+    """The builds namespace (also in `job_namespaces`): only jobs of `build_queues` run there."""
+    build_queues: Sequence[str] = ()
+    build_labels: Sequence[str] = ()
+    """The platform labels build jobs carry (components/build_job.py), allowed in the builds namespace only."""
 
 
 class ClusterPrerequisites(Component):
@@ -235,7 +267,8 @@ class ClusterPrerequisites(Component):
         # The policy exists and is bound before any executor runs.
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-job-policy",
-            **job_policy(args.executor_users, args.job_namespaces, args.job_service_account),
+            **job_policy(args.executor_users, args.job_namespaces, args.job_service_account,
+                         args.build_namespace, args.build_queues, args.build_labels),
             opts=child,
         )
         self.resources.append(policy)

@@ -9,7 +9,7 @@ Stack config lists queues under `platform.armada.queues`; every CloudStation pro
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 import pulumi
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PROJECT_QUEUE_SUFFIX = "-builds"
 QUEUE_API_PASSWORD_KEY = "armadaQueueApiPassword"
 """Secret config key with the password of `queueApi.username`."""
-QUEUE_FIELDS = ("name", "priorityFactor", "userOwners", "groupOwners", "labels", "cordoned")
+QUEUE_FIELDS = ("name", "priorityFactor", "userOwners", "groupOwners", "labels", "cordoned", "permissions")
 """The queue settings this program owns (apiQueue fields); others keep the server's defaults."""
 UNORDERED_FIELDS = ("userOwners", "groupOwners")
 CONNECTION_FIELDS = ("apiUrl", "waitSeconds", "timeoutSeconds", "authorization")
@@ -138,9 +138,20 @@ def project_queue_clashes(queues: list[QueueArgs], projects: list[str], enabled:
 # --- the resource -----------------------------------------------------------------------------
 
 
+OWNER_VERBS = ("submit", "cancel", "preempt", "reprioritize", "watch")
+"""The verbs Armada gives a queue's owners (v0.22.7 pkg/client/queue/permission_verb.go
+AllPermissionVerbs; queue.go NewQueue turns userOwners/groupOwners into one permission with all of them)."""
+
+
+def submit_permission(users: list[str]) -> dict:
+    """An apiQueue `permissions` entry letting `users` submit jobs and nothing else (v0.22.7
+    internal/server/submit/submit.go `authorize`: `submit_any_jobs` or the queue's `submit` verb)."""
+    return {"subjects": [{"kind": "User", "name": user} for user in sorted(users)], "verbs": ["submit"]}
+
+
 def api_body(props: dict) -> dict:
     """The apiQueue body for the REST API from a Queue resource's properties."""
-    return {
+    body = {
         "name": props["name"],
         "priorityFactor": float(props["priorityFactor"]),
         "userOwners": list(props.get("userOwners") or []),
@@ -148,6 +159,9 @@ def api_body(props: dict) -> dict:
         "labels": dict(props.get("labels") or {}),
         "cordoned": bool(props.get("cordoned", False)),
     }
+    if props.get("permissions"):
+        body["permissions"] = [dict(p) for p in props["permissions"]]
+    return body
 
 
 def normalized(queue: dict) -> dict:
@@ -155,6 +169,14 @@ def normalized(queue: dict) -> dict:
     body = api_body({"priorityFactor": 1.0, **queue})
     for field in UNORDERED_FIELDS:
         body[field] = sorted(body[field])
+    # The server answers owners as one permission with every verb (v0.22.7 queue.go ToAPI): only
+    # the other permissions are this program's `permissions`.
+    body["permissions"] = sorted(
+        ({"subjects": sorted(p.get("subjects") or [], key=lambda s: (s.get("kind", ""), s.get("name", ""))),
+          "verbs": sorted(p.get("verbs") or [])}
+         for p in body.get("permissions") or [] if sorted(p.get("verbs") or []) != sorted(OWNER_VERBS)),
+        key=repr,
+    )
     return body
 
 
@@ -226,11 +248,17 @@ class QueueProvider(dynamic.ResourceProvider):
         client_for(props).delete(id_)
 
 
-def queue_props(args: QueueArgs, api: QueueApiSettings, password: Optional[pulumi.Input[str]] = None) -> dict:
+def queue_props(
+    args: QueueArgs, api: QueueApiSettings, password: Optional[pulumi.Input[str]] = None, submitters: tuple[str, ...] = ()
+) -> dict:
     """The Queue resource's inputs: the apiQueue fields plus how to reach the API (with a
-    basic-auth header, kept secret in state, when `api.username` is set)."""
+    basic-auth header, kept secret in state, when `api.username` is set); `submitters` may submit
+    jobs to the queue and do nothing else there."""
+    fields = args.model_dump(by_alias=True)
+    if submitters:
+        fields["permissions"] = [submit_permission(list(submitters))]
     props: dict = {
-        **api_body(args.model_dump(by_alias=True)),
+        **api_body(fields),
         "apiUrl": api.url,
         "waitSeconds": api.wait_seconds,
         "timeoutSeconds": api.timeout_seconds,
@@ -258,8 +286,9 @@ class Queue(dynamic.Resource, module="armada", name="Queue"):
         api: QueueApiSettings,
         opts: Optional[pulumi.ResourceOptions] = None,
         password: Optional[pulumi.Input[str]] = None,
+        submitters: tuple[str, ...] = (),
     ):
-        super().__init__(QueueProvider(), name, queue_props(args, api, password), opts)
+        super().__init__(QueueProvider(), name, queue_props(args, api, password, submitters), opts)
 
 
 @dataclass(frozen=True)
@@ -270,10 +299,14 @@ class QueuesArgs:
     api: QueueApiSettings
     password: Optional[pulumi.Input[str]] = None
     """Password of `api.username` (a secret Output)."""
+    submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Queue name -> users allowed to submit to it, and nothing else (the build user on the
+    `<project>-builds` queues)."""
 
 
 class Queues(Component):
-    """Every queue of the stack, one Queue child `<name>-<queue>` each. Outputs: `names`.
+    """Every queue of the stack, one Queue child `<name>-<queue>` each. Outputs: `names`;
+    `by_name` ({queue name: Queue}) for what must wait for one queue (its build jobs).
 
     The queues can only be created once the Armada server answers, so the children wait for
     whatever the caller puts in `opts.depends_on` (the server, its lookout migration). Pass the
@@ -286,26 +319,32 @@ class Queues(Component):
         super().__init__("cloudstation:armada:Queues", name, None, opts)
         queues = [
             Queue(f"{name}-{queue.name}", queue, args.api, self.child_opts(),
-                  password=args.password)
+                  password=args.password, submitters=args.submitters.get(queue.name, ()))
             for queue in args.queues
         ]
+        self.by_name: dict[str, Queue] = {queue.name: resource for queue, resource in zip(args.queues, queues)}
         self.names = pulumi.Output.all(*[queue.name for queue in queues]) if queues else pulumi.Output.from_input([])
         self.register_outputs({"names": self.names})
 
 
+PLATFORM_BUILDS = "platform"
+"""The project part of the project-state entity's build queue, `platform-builds`."""
 DEFAULT_OWNER = "admin"
 """The generated administrator (components/armada/auth.py): owner of queues that name none."""
 
 
 def queues_args(
-    config: "StackConfig", default_login: Optional[tuple[str, pulumi.Input[str]]] = None
+    config: "StackConfig", default_login: Optional[tuple[str, pulumi.Input[str]]] = None,
+    build_user: Optional[str] = None,
 ) -> Optional[QueuesArgs]:
     """What `Queues` needs for this stack, or None when queues are not managed here.
-    `default_login` (user, secret password) is used unless `queueApi.username` names another."""
+    `default_login` (user, secret password) is used unless `queueApi.username` names another;
+    `build_user` may submit to every project's build queue (and do nothing else there)."""
     api = config.platform.armada.queue_api
     if not api.enabled:
         return None
     queues = project_queues(config)
+    api_user = api.username
     if api.username:
         password = pulumi.Config().require_secret(QUEUE_API_PASSWORD_KEY)
     elif default_login is not None:
@@ -316,4 +355,15 @@ def queues_args(
         queues = [q if q.user_owners else q.model_copy(update={"user_owners": [DEFAULT_OWNER]}) for q in queues]
     else:
         password = None
-    return QueuesArgs(queues=queues, api=api, password=password)
+    submitters = {}
+    if build_user and config.platform.armada.project_queue.enabled:
+        # The platform's own project-state entity builds too, in `platform-builds` ("platform" is
+        # a reserved project name, so no project's queue clashes; a configured queue may not).
+        template = config.platform.armada.project_queue
+        owners = {"user_owners": template.user_owners or ([DEFAULT_OWNER] if default_login and not api_user else [])}
+        queues.append(QueueArgs(
+            name=project_queue_name(PLATFORM_BUILDS), priority_factor=template.priority_factor,
+            group_owners=template.group_owners, labels={"cloudstation.io/project": PLATFORM_BUILDS}, **owners,
+        ))
+        submitters = {project_queue_name(name): (build_user,) for name in [*(p.name for p in config.projects), PLATFORM_BUILDS]}
+    return QueuesArgs(queues=queues, api=api, password=password, submitters=submitters)

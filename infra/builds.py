@@ -1,0 +1,207 @@
+"""In-cluster builds (`platform.builds.mode: armada`, docs/builds.md): the wiring between the
+registry, Armada and the entity images.
+
+The areas run in this order (infra/areas.py), each handing the next what it needs through
+`StackContext.shared`:
+
+    cloudstation.deploy_platform   the registry                     -> shared[REGISTRY]: RegistryAccess
+    armada.deploy                  builds namespace (`namespace`),   -> shared[ARMADA]: ArmadaBuilds
+                                   build user, queues, executors
+    cloudstation.deploy            one EntityBuild per entity (`entity_build`), gated project environments
+
+so that nothing waits for something registered later: the builds namespace's Secret needs the
+registry's password, the executors' RoleBinding in it needs the namespace, a build job needs its
+queue, the executors and the namespace, and the StatefulServices need the builds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import pulumi
+
+from components import build_context
+from components import k8s as kube
+from components.armada.queue import PLATFORM_BUILDS, basic_auth, project_queue_name
+from components.build_job import LABEL_CONTENT_TAG, LABEL_ENTITY, LABEL_PROJECT, build_job_item
+from components.builds_namespace import BuildsNamespace, BuildsNamespaceArgs
+from components.entity_build import EntityBuild, EntityBuildArgs
+from components.registry import PORT as REGISTRY_PORT
+from components.registry_api import is_loopback
+from infra.config import Environment, StackConfig
+
+if TYPE_CHECKING:
+    from infra.context import StackContext
+    from infra.delivery import RegistryAccess
+
+REGISTRY = "registry"
+"""shared key: the RegistryAccess of this stack (infra/delivery.py), set by the first area."""
+ARMADA = "armada-builds"
+"""shared key: ArmadaBuilds, set by infra/armada.py when this stack builds in Armada."""
+QUEUE_GRACE_SECONDS = 600
+"""How long `pulumi up` waits for a build beyond the pod's own deadline: the job may queue first."""
+POLL_SECONDS = 5
+
+
+def in_armada(config: StackConfig) -> bool:
+    """Whether this stack builds its entity images as Armada jobs (prod never builds)."""
+    return config.environment is Environment.TEST and config.platform.build_mode == "armada"
+
+
+def registry_service_host(config: StackConfig) -> str:
+    """host:port of the managed registry's in-cluster Service: where build pods fetch and push.
+    (Config validation allows armada builds with a managed registry only.)"""
+    from infra.delivery import REGISTRY_NAME
+
+    return f"{kube.service_dns(REGISTRY_NAME, config.platform.namespace)}:{REGISTRY_PORT}"
+
+
+def registry_url(access: "RegistryAccess") -> str:
+    """How `pulumi up` reaches the registry API: its push host (plain http only to loopback, a
+    port-forward; components/registry_api.py refuses credentials over http elsewhere)."""
+    host = access.push_host or access.pull_host
+    return f"{'http' if is_loopback(host.rsplit(':', 1)[0]) else 'https'}://{host}"
+
+
+def namespace(stack: "StackContext", opts: pulumi.ResourceOptions) -> Optional[BuildsNamespace]:
+    """The builds namespace (components/builds_namespace.py), when this stack builds in Armada;
+    infra/armada.py registers it as a job namespace (the executors' RoleBinding and the admission
+    policy cover it)."""
+    config = stack.config
+    if not in_armada(config):
+        return None
+    from infra.delivery import REGISTRY_NAME
+
+    access: "RegistryAccess" = stack.shared[REGISTRY]
+    return BuildsNamespace(
+        "builds",
+        BuildsNamespaceArgs(
+            namespace=config.platform.builds_namespace,
+            registry_host=registry_service_host(config),
+            registry_namespace=config.platform.namespace,
+            registry_pod_labels=kube.selector_labels(REGISTRY_NAME),
+            username=access.username,
+            password=access.password,
+            settings=config.platform.builds,
+            registry_port=REGISTRY_PORT,
+        ),
+        opts,
+    )
+
+
+@dataclass(frozen=True)
+class ArmadaBuilds:
+    """What the build jobs need from this stack's Armada (infra/armada.py hands it over)."""
+
+    url: str
+    """Armada's REST API as `pulumi up` reaches it (`armada.queueApi.url`, as the queues)."""
+    authorization: pulumi.Output[str]
+    """Basic auth of the build user (secret)."""
+    namespace: BuildsNamespace
+    waits: dict[str, list[pulumi.Resource]] = field(default_factory=dict)
+    """Project -> what its builds wait for: its build queue, the executors, the builds namespace."""
+    binoculars_url: str = ""
+    """Binoculars' REST URL, for a failed build's pod log ("" without one)."""
+
+
+def build_queues(config: StackConfig) -> list[str]:
+    """The queues build jobs are submitted to: every project's, and `platform-builds` for the
+    project-state entity (components/armada/queue.py `queues_args`)."""
+    return [project_queue_name(name) for name in [*(p.name for p in config.projects), PLATFORM_BUILDS]]
+
+
+def admission(config: StackConfig) -> dict:
+    """The ClusterPrerequisitesArgs fields that confine the builds namespace to build jobs: only
+    pods of the build queues run there, and only they may carry the build labels."""
+    if not in_armada(config):
+        return {}
+    return {"build_namespace": config.platform.builds_namespace, "build_queues": tuple(build_queues(config)),
+            "build_labels": (LABEL_PROJECT, LABEL_ENTITY, LABEL_CONTENT_TAG)}
+
+
+def armada_builds(config: StackConfig, auth, builds_namespace: BuildsNamespace, queues, executors) -> ArmadaBuilds:
+    """What infra/armada.py hands over: the build user's login, and per project its queue, the
+    executors (nothing runs a job before one is up) and the builds namespace to wait for."""
+    binoculars = config.platform.armada.binoculars
+    waits = {
+        name: [queues.by_name[project_queue_name(name)], *executors, builds_namespace]
+        for name in [*(p.name for p in config.projects), PLATFORM_BUILDS]
+    }
+    return ArmadaBuilds(
+        url=rest_url(config),
+        authorization=pulumi.Output.secret(auth.build_password.apply(lambda p: basic_auth(auth.build_user, p))),
+        namespace=builds_namespace,
+        waits=waits,
+        # Its public URL, when it is one URL (a `{CLUSTER_ID}` template names several).
+        binoculars_url=(binoculars.public_url or "") if binoculars.enabled and "{" not in (binoculars.public_url or "") else "",
+    )
+
+
+def hand_over(stack: "StackContext", builds: ArmadaBuilds) -> None:
+    stack.shared[ARMADA] = builds
+
+
+def job_item(config: StackConfig, item: dict) -> dict:
+    """The job item as the admission policy admits it: job pods run as `armada.jobServiceAccount`
+    only (components/armada/cluster.py), which BuildsNamespace's pods otherwise leave at `default`."""
+    account = config.platform.armada.job_service_account
+    if account != "default":
+        item = {**item, "podSpec": {**item["podSpec"], "serviceAccountName": account}}
+    return item
+
+
+def entity_build(
+    stack: "StackContext", access: "RegistryAccess", project: str, entity: str, source: str, dockerfile_text: str,
+    tag: str,
+) -> EntityBuild:
+    """One entity's in-cluster build (components/entity_build.py): the job item the offline
+    render shows, and how `pulumi up` reaches the registry and Armada."""
+    config = stack.config
+    armada: ArmadaBuilds = stack.shared[ARMADA]
+    settings = config.platform.builds
+    context = stack.root / source
+    tar = build_context.context_tar(context, dockerfile_text)
+    digest = build_context.context_digest(tar)
+    host = registry_service_host(config)
+    repository = access.repository(project, entity)
+    item = armada.namespace.secret_name.apply(lambda secret: job_item(config, build_job_item(
+        project=project, entity=entity, content_tag=tag, context_digest=digest, registry_host=host,
+        namespace=config.platform.builds_namespace, secret_name=secret, settings=settings,
+        repository_prefix=access.repository_prefix, plain_http=True,
+    )))
+    registry_auth = pulumi.Output.secret(
+        pulumi.Output.all(access.username, access.password).apply(lambda up: basic_auth(up[0], up[1] or ""))
+    )
+    return EntityBuild(
+        f"build-{project}-{entity}",
+        EntityBuildArgs(
+            # Relative to the program's directory (infra/), where the engine starts the dynamic
+            # provider too (infra/engine_paths.py), as EntityImageArgs.context.
+            context_dir=stack.path(source),
+            dockerfile_text=dockerfile_text,
+            content_tag=tag,
+            context_digest=digest,
+            repository=repository,
+            context_repository=build_context.context_repository(access.repository_prefix, project, entity),
+            push_ref=f"{host}/{repository}:{tag}",
+            pull_host=access.pull_host,
+            registry_url=registry_url(access),
+            registry_authorization=registry_auth,
+            armada_url=armada.url,
+            armada_authorization=armada.authorization,
+            queue=project_queue_name(project),
+            job_set_id=f"{project}-{stack.stack}",
+            job_item=item,
+            builder=settings.rebuild_key(),
+            timeout_seconds=settings.timeout_seconds + QUEUE_GRACE_SECONDS,
+            poll_seconds=POLL_SECONDS,
+            binoculars_url=armada.binoculars_url,
+        ),
+        pulumi.ResourceOptions(depends_on=[*armada.waits.get(project, []), *([access.registry] if access.registry else [])]),
+    )
+
+
+def rest_url(config: StackConfig) -> str:
+    """The Armada REST URL `pulumi up` submits to: the queues' (`armada.queueApi.url`)."""
+    return config.platform.armada.queue_api.url.rstrip("/")
+

@@ -1,0 +1,267 @@
+"""In-cluster builds (issue 13), the whole program: infra/__main__.py of a repository copy under the mocks,
+its EntityBuild (and Queue) resources running their real providers as the engine would
+(cloudstation_tools/mocks.py DynamicProviderHost; tests/builds_program.py) against the fake Armada
+(tests/fake_armada.py), the fake executor (tests/fake_executor.py: strict pod validation, Pod Security,
+the context checked against the entity's hashed files, the entity's real `node --test`) and a real
+docker-registry standing in for the in-cluster one. Entities and projects come from the stack files.
+
+What the engine decides is modelled, not assumed: the checkpoint between runs (`state`) makes Diff
+decide (pulumi/pulumi step_generator.go: no change -> same step, no Create), and a fresh stack creates
+every build, whose provider then asks the registry first. Offline render (no opt-in) stays made-up and
+fast: test_render_stays_offline."""
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from cloudstation_tools import render as render_module
+from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, _random_password
+from components.armada.auth import BUILDS_USER
+from components.armada.queue import OWNER_VERBS
+from infra import builds, delivery
+from tests.builds_program import ENTITY_BUILD, STATEFUL_SERVICE, run
+from tests.conftest import ROOT, objects
+from tests.fake_armada import FakeArmada
+from tests.fake_executor import FakeExecutor
+from tests.registry_server import RegistryServer
+from tests.test_user_copy import copy_repository
+
+STACK = "test"
+REGISTRY_PASSWORD = _random_password("registry-password")({"length": 32})["result"]["value"]
+"""The managed registry's password as the mocks generate it (components/registry.py `<name>-password`)."""
+
+
+def config_of(root: Path, stack: str = STACK):
+    return render_module.validate_config(stack, root)
+
+
+def entities(root: Path, stack: str = STACK) -> dict[tuple[str, str], tuple[Path, str]]:
+    """(project, entity) -> (its source directory, the Dockerfile text it builds with), from the stack file."""
+    config = config_of(root, stack)
+    return {
+        (project, entity.name): (root / entity.source,
+                                 delivery.entity_dockerfile(root, project, entity, config.platform.image_mirror)[1])
+        for project, entity in delivery.all_entities(config) if entity.image is None
+    }
+
+
+def service_name(project: str, entity: str) -> str:
+    """The StatefulService of an entity (infra/cloudstation.py): `<project>-<entity>`, project-state's own name."""
+    return entity if project == delivery.PLATFORM_PROJECT else f"{project}-{entity}"
+
+
+class Cluster:
+    """One copy of the repository and the fake cluster its builds run on."""
+
+    def __init__(self, copy: Path, registry: RegistryServer, armada: FakeArmada, executor: FakeExecutor):
+        self.copy, self.registry, self.armada, self.executor = copy, registry, armada, executor
+        config = config_of(copy)
+        self.platform = {
+            # pulumi up reaches the registry API at its push host, Armada at queueApi.url (infra/builds.py).
+            "registry": {"pushHost": f"127.0.0.1:{registry.port}"},
+            "armada": {"queueApi": {"url": armada.url, "waitSeconds": 0}},
+        }
+        self.namespace = config.platform.builds_namespace
+
+    def run(self, **options):
+        options.setdefault("platform", self.platform)
+        return run(self.copy, STACK, **options)
+
+    def submitted(self) -> list[str]:
+        return [path for method, path, _ in self.armada.requests if path == "/v1/job/submit"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    copy = copy_repository(tmp_path_factory.mktemp("builds") / "repo")
+    config = config_of(copy)
+    host = builds.registry_service_host(config)
+    with RegistryServer(tmp_path_factory.mktemp("registry"), username=config.platform.registry.username,
+                        password=REGISTRY_PASSWORD) as registry, FakeArmada() as armada:
+        # The executor reads each entity's files at job time: the copy's, edited by the tests.
+        with FakeExecutor(armada, registry, lambda project, entity: entities(copy)[(project, entity)],
+                          registry_host=host, pod_security="baseline", namespace=config.platform.builds_namespace) as executor:
+            yield Cluster(copy, registry, armada, executor)
+
+
+@pytest.fixture(scope="module")
+def first(cluster):
+    """The first `pulumi up` of the stack: queues created by the Queue provider, every entity built."""
+    result = cluster.run(queues=True)
+    assert result.error is None, result.error
+    return result
+
+
+def test_preview_submits_nothing(cluster):
+    before = len(cluster.armada.requests)
+    result = cluster.run(preview=True, queues=True)
+    assert result.error is None, result.error
+    assert {method for method, _ in result.calls} <= {"check", "diff"}  # the engine runs no Create in a preview
+    assert len(cluster.armada.requests) == before
+    assert len(result.of_type(ENTITY_BUILD)) == len(entities(cluster.copy))
+
+
+def test_first_up_builds_every_entity_once_through_the_build_queues(cluster, first):
+    expected = entities(cluster.copy)
+    assert len(first.created()) == len(first.of_type(ENTITY_BUILD)) + len(first.of_type("pulumi-python:dynamic/armada:Queue"))
+    jobs = [cluster.armada.jobs[job_id] for job_id in cluster.executor.jobs]
+    assert sorted((j.item["labels"]["cloudstation.io/project"], j.item["labels"]["cloudstation.io/entity"]) for j in jobs) \
+        == sorted(expected)
+    assert all(j.state == "SUCCEEDED" for j in jobs), [(j.id, j.state, j.error) for j in jobs]
+    # Each job went to its project's build queue, as the build user, in job set <project>-<stack>.
+    for job in jobs:
+        project = job.item["labels"]["cloudstation.io/project"]
+        assert (job.queue, job.job_set_id, job.owner) == (f"{project}-builds", f"{project}-{STACK}", BUILDS_USER)
+        assert job.item["namespace"] == cluster.namespace
+
+
+def test_the_build_user_may_submit_to_the_build_queues_and_nothing_else(cluster, first):
+    build_queues = set(builds.build_queues(config_of(cluster.copy)))
+    for name, queue in cluster.armada.queues.items():
+        granted = [p for p in queue.get("permissions", []) if {"kind": "User", "name": BUILDS_USER} in p["subjects"]]
+        assert BUILDS_USER not in queue.get("userOwners", [])
+        if name in build_queues:
+            assert [p["verbs"] for p in granted] == [["submit"]], queue
+        else:
+            assert granted == [], queue
+    assert set(OWNER_VERBS) > {"submit"}
+
+
+def test_images_output_keeps_its_format_and_names_the_pushed_digests(cluster, first):
+    images = first.outputs["images"]
+    assert set(images) == {f"{project}/{entity}" for project, entity in entities(cluster.copy)}
+    access = config_of(cluster.copy).platform.registry
+    for key, ref in images.items():
+        project, entity = key.split("/")
+        tag = ref.split(":")[-2].split("@")[0]
+        assert ref == f"{access.pull_host}/{project}/{entity}:{tag}@{cluster.registry.digest_of(f'{project}/{entity}', tag)}"
+        assert not ref.rsplit("@", 1)[1].startswith(MOCK_DIGEST_PREFIX)
+
+
+def test_unchanged_sources_submit_no_job(cluster, first):
+    before = len(cluster.submitted())
+    # A deployed stack: the engine's Diff finds nothing to do.
+    deployed = cluster.run(state=first.state)
+    assert deployed.error is None, deployed.error
+    assert deployed.created() == []
+    # A fresh checkpoint (e.g. a new stack on the same registry): the provider finds every tag.
+    fresh = cluster.run()
+    assert fresh.error is None, fresh.error
+    assert len(fresh.created()) == len(entities(cluster.copy))
+    assert len(cluster.submitted()) == before
+    assert fresh.outputs["images"] == first.outputs["images"]
+
+
+def _edit(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+def _first_entity(root: Path) -> tuple[str, str]:
+    config = config_of(root)
+    project = config.projects[0]
+    return project.name, project.entities[0].name
+
+
+def _a_source_file(source: Path) -> Path:
+    return next(p for p in sorted(source.rglob("*.js")) if "node_modules" not in p.parts and ".test." not in p.name)
+
+
+def test_one_changed_entity_builds_one_job_and_changes_only_its_stateful_service(cluster, first):
+    before = cluster.run(state=first.state)
+    project, entity = _first_entity(cluster.copy)
+    source = entities(cluster.copy)[(project, entity)][0]
+    jobs_before = list(cluster.executor.jobs)
+    _edit(_a_source_file(source), "\n// a change\n")
+    after = cluster.run(state=first.state)
+    assert after.error is None, after.error
+    new_jobs = [cluster.armada.jobs[j] for j in cluster.executor.jobs if j not in jobs_before]
+    assert [(j.item["labels"]["cloudstation.io/project"], j.item["labels"]["cloudstation.io/entity"]) for j in new_jobs] \
+        == [(project, entity)]
+    assert new_jobs[0].state == "SUCCEEDED"
+    old, new = before.stateful_services(), after.stateful_services()
+    assert set(old) == set(new)
+    changed = sorted(name for name in old if old[name]["inputs"] != new[name]["inputs"])
+    assert changed == [service_name(project, entity)]
+    first.state.update(after.state)  # the stack is now deployed at the changed source
+
+
+def test_a_failing_test_fails_up_with_its_output_and_changes_no_stateful_service(cluster, first):
+    project, entity = _first_entity(cluster.copy)
+    source = entities(cluster.copy)[(project, entity)][0]
+    tests = sorted(p for p in source.rglob("*.test.*js") if "node_modules" not in p.parts)
+    assert tests, f"{source} has no *.test.js: every entity is built with its tests (docs/builds.md)"
+    original = tests[0].read_text()
+    marker = "cloudstation-test-marker-the-cart-is-broken"
+    tests[0].write_text(original + f"\nrequire('node:test')('broken', () => {{ throw new Error('{marker}'); }});\n")
+    try:
+        result = cluster.run(state=first.state)
+    finally:
+        tests[0].write_text(original)
+    assert result.error is not None
+    assert marker in result.error
+    # Deploy gating: no StatefulService of that project registered (none changed), the others' are.
+    registered = result.stateful_services()
+    config = config_of(cluster.copy)
+    mine = {service_name(p, e) for p, e in entities(cluster.copy) if p == project}
+    assert not mine & set(registered), sorted(registered)
+    assert config.projects
+
+
+def test_unreachable_armada_names_the_url(cluster, first):
+    project, entity = _first_entity(cluster.copy)
+    source = entities(cluster.copy)[(project, entity)][0]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    _edit(_a_source_file(source), "\n// another change\n")
+    platform = {**cluster.platform, "armada": {"queueApi": {"url": closed, "waitSeconds": 0}}}
+    result = cluster.run(state=first.state, platform=platform, connect_wait=0.2)
+    assert result.error is not None
+    assert closed in result.error
+    assert not {service_name(p, e) for p, e in entities(cluster.copy) if p == project} & set(result.stateful_services())
+
+
+def test_builds_wait_for_their_queue_and_stateful_services_for_all_their_projects_builds(rendered_stacks):
+    rendered = rendered_stacks[STACK]
+    by_urn = {r.urn: r for r in rendered.registrations}
+    builds_of: dict[str, set[str]] = {}
+    for build in rendered.of_type(ENTITY_BUILD):
+        project = build.inputs["queue"].removesuffix("-builds")
+        builds_of.setdefault(project, set()).add(build.urn)
+        waits = {by_urn[d].type: by_urn[d] for d in build.dependencies if d in by_urn}
+        queue = [by_urn[d] for d in build.dependencies if d in by_urn and by_urn[d].type.endswith(":Queue")]
+        assert [q.inputs["name"] for q in queue] == [build.inputs["queue"]], build.name
+        assert waits, build.name
+    config = config_of(ROOT)
+    assert set(builds_of) == {p.name for p in config.projects} | {delivery.PLATFORM_PROJECT}
+    for project, urns in builds_of.items():
+        names = {service_name(p, e) for p, e in entities(ROOT) if p == project}
+        services = [r for r in rendered.of_type(STATEFUL_SERVICE) if r.inputs["metadata"]["name"] in names]
+        assert len(services) == len(names)
+        for service in services:
+            assert urns <= set(service.dependencies), service.name
+
+
+def test_local_mode_builds_with_docker_as_before_and_prod_builds_nothing(rendered_stacks):
+    stack_file = render_module.StackFile.read(STACK, ROOT)
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    stack_file.values["cloudstation:platform"] = json.dumps({**platform, "builds": {"mode": "local"}})
+    local = render_module.render(STACK, ROOT, stack_file)
+    assert local.of_type(ENTITY_BUILD) == [] and local.of_type("cloudstation:builds:BuildsNamespace") == []
+    images = local.of_type("docker:index/image:Image")
+    assert len(images) == len(entities(ROOT))
+    assert not [o for o in objects(local, "Namespace") if o["metadata"]["name"] == config_of(ROOT).platform.builds_namespace]
+    assert set(local.outputs["images"]) == set(rendered_stacks[STACK].outputs["images"])
+    prod = rendered_stacks["prod"]
+    assert prod.of_type(ENTITY_BUILD) == [] and prod.of_type("docker:index/image:Image") == []
+    assert prod.of_type("cloudstation:builds:BuildsNamespace") == []
+
+
+def test_render_stays_offline(rendered_stacks):
+    rendered = rendered_stacks[STACK]
+    refs = rendered.outputs["images"].values()
+    assert refs and all(ref.rsplit("@", 1)[1].startswith(MOCK_DIGEST_PREFIX) for ref in refs)
+    assert all(r.rsplit("@", 1)[1] in rendered.made_up for r in refs)
