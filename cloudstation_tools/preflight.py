@@ -151,11 +151,13 @@ def _version_number(text: str) -> tuple[int, ...]:
 
 
 def builds_images(config: StackConfig) -> bool:
-    """Whether `pulumi up` builds entity images here: the test stack, for each entity without `image`
-    (infra/delivery.py `entity_images`)."""
+    """Whether `pulumi up` builds entity images with this machine's Docker engine: the test stack in
+    `platform.builds.mode: local`, for each entity without `image` (infra/delivery.py
+    `entity_images`); `armada` builds in the cluster (docs/builds.md)."""
     from infra.delivery import all_entities
 
-    return config.environment is Environment.TEST and any(entity.image is None for _, entity in all_entities(config))
+    return (config.environment is Environment.TEST and config.platform.build_mode == "local"
+            and any(entity.image is None for _, entity in all_entities(config)))
 
 
 def needs_localhost_nodeports(config: StackConfig) -> bool:

@@ -390,9 +390,14 @@ class PlatformConfig(ConfigModel):
         return self
 
     @model_validator(mode="after")
-    def _builds_namespace_free(self) -> "PlatformConfig":
-        if self.build_mode != "armada":
+    def _builds_namespace_free(self, info: ValidationInfo) -> "PlatformConfig":
+        if self.build_mode != "armada" or (info.context or {}).get("environment") == Environment.PROD:
             return self
+        if self.registry.build_platform is not None:
+            # pulumi-docker's platform; kaniko builds for the node its pod runs on.
+            raise problem("only for platform.builds.mode: local (pulumi-docker); in-cluster builds build for the "
+                          "nodes' own platform — remove it, or set builds.mode: local",
+                          ".registry.buildPlatform", self.registry.build_platform)
         name = self.builds_namespace
         for key, taken in ((".armada.namespace", [self.armada.namespace]), (".armada.jobNamespaces", self.armada.job_namespaces)):
             if name in taken:

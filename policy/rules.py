@@ -244,7 +244,10 @@ def _mutable_tags(args: ResourceValidationArgs, report: ReportViolation) -> None
 
 
 def _digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if environment() == "prod" and args.resource_type in ("docker:index/image:Image", "docker-build:index:Image"):
+    # The in-cluster build (components/entity_build.py, docs/builds.md) is a build too.
+    if environment() == "prod" and args.resource_type in (
+        "docker:index/image:Image", "docker-build:index:Image", "pulumi-python:dynamic/builds:EntityBuild"
+    ):
         report("prod never builds images: it deploys the digests promoted from test "
                "(`python -m infra promote --from test --to prod`)")
         return

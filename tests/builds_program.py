@@ -58,8 +58,13 @@ def run(copy: Path, stack: str, *, platform: Optional[dict] = None, state: Optio
             "queues": queues, "connect_wait": connect_wait, "out": str(copy / f".run-{time.monotonic_ns()}.json")}
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    process = subprocess.run([sys.executable, "-m", "tests.builds_program", json.dumps(spec)], cwd=copy, env=env,
-                             capture_output=True, text=True, timeout=timeout)
+    spec_file = copy / f".spec-{time.monotonic_ns()}.json"  # a checkpoint is too long for argv
+    spec_file.write_text(json.dumps(spec))
+    try:
+        process = subprocess.run([sys.executable, "-m", "tests.builds_program", str(spec_file)], cwd=copy, env=env,
+                                 capture_output=True, text=True, timeout=timeout)
+    finally:
+        spec_file.unlink()
     seconds = time.monotonic() - started
     out = Path(spec["out"])
     if process.returncode != 0 or not out.is_file():
@@ -78,7 +83,7 @@ def _merge(base: Any, override: Any) -> Any:
 
 def main(argv: list[str]) -> None:
     """The child: runs in the copy, writes the answer file."""
-    spec = json.loads(argv[1])
+    spec = json.loads(Path(argv[1]).read_text())
     started = time.monotonic()
     from cloudstation_tools import render as render_module
     from cloudstation_tools.mocks import DynamicProviderHost, ProgramMocks, is_entity_build

@@ -265,3 +265,32 @@ def test_render_stays_offline(rendered_stacks):
     refs = rendered.outputs["images"].values()
     assert refs and all(ref.rsplit("@", 1)[1].startswith(MOCK_DIGEST_PREFIX) for ref in refs)
     assert all(r.rsplit("@", 1)[1] in rendered.made_up for r in refs)
+
+
+def _platform_with(**changes) -> dict:
+    values = render_module.StackFile.read(STACK, ROOT).values
+    return {**values, "cloudstation:platform": json.dumps({**json.loads(values["cloudstation:platform"]), **changes})}
+
+
+@pytest.mark.parametrize("changes, key, says", [
+    ({"armada": {"enabled": False}, "builds": {"mode": "armada"}}, "platform.builds.mode", "platform.armada.enabled is false"),
+    ({"builds": {"mode": "armada"}, "registry": {"mode": "external", "url": "registry.example.com", "username": "u"}},
+     "platform.builds.mode", "platform.registry.mode is 'external'"),
+    ({"registry": {"mode": "managed", "buildPlatform": "linux/arm64"}}, "platform.registry.buildPlatform",
+     "only for platform.builds.mode: local"),
+])
+def test_armada_builds_without_what_they_need_are_refused_naming_the_keys(changes, key, says):
+    from infra.config import ConfigError, load
+
+    raw = {**_platform_with(**changes), "cloudstation:registryPassword": "set-as-a-secret"}
+    with pytest.raises(ConfigError) as caught:
+        load(raw, root=ROOT, secret_keys=["cloudstation:registryPassword"])
+    [problem] = [p for p in caught.value.problems if p.startswith(f"cloudstation:{key}")]
+    assert says in problem
+
+
+def test_the_default_mode_follows_armada():
+    from infra.config import load
+
+    assert config_of(ROOT).platform.build_mode == "armada"
+    assert load(_platform_with(armada={"enabled": False}), root=ROOT).platform.build_mode == "local"

@@ -315,6 +315,8 @@ def registry_values(**registry) -> dict:
     values = render.StackFile.read("test").values
     platform = json.loads(values["cloudstation:platform"])
     platform["registry"] = {**platform.get("registry", {}), **registry}
+    if "buildPlatform" in registry:
+        platform["builds"] = {"mode": "local"}  # pulumi-docker's setting (armada refuses it: docs/builds.md)
     return {**values, "cloudstation:platform": json.dumps(platform)}
 
 

@@ -343,8 +343,12 @@ def test_digest_pinned_images_rejects_tag_only_entities_and_builds_in_prod(engin
     build = ("docker:index/image:Image", {"imageName": "localhost:32000/shop/cart:1"})
     assert check_resource(rules.digest_pinned_images, *build) == []
 
+    in_cluster = ("pulumi-python:dynamic/builds:EntityBuild", {"repository": "shop/cart", "contentTag": "1"})
+    assert check_resource(rules.digest_pinned_images, *in_cluster) == []
+
     engine_env("prod", {"cloudstation:environment": "prod"})
     assert check_resource(rules.digest_pinned_images, *build)
+    assert check_resource(rules.digest_pinned_images, *in_cluster)  # docs/builds.md: prod never builds
 
 
 @pytest.mark.parametrize("image", [

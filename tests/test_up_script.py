@@ -150,6 +150,13 @@ class Sandbox:
         document["config"][key] = value
         path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
+    def build_locally(self, stack: str = "test") -> None:
+        """`platform.builds.mode: local`: pulumi-docker builds with this machine's Docker engine, which
+        preflight then checks (the default, armada, builds in the cluster: docs/builds.md)."""
+        path = self.repo / f"Pulumi.{stack}.yaml"
+        platform = yaml.safe_load(path.read_text(encoding="utf-8"))["config"]["cloudstation:platform"]
+        self.set_config(stack, "cloudstation:platform", {**platform, "builds": {"mode": "local"}})
+
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [BASH, "scripts/up.sh", *args], cwd=self.repo, env={**self.env, **env},
@@ -194,7 +201,7 @@ def test_every_kubectl_call_uses_the_stack_context(sandbox):
     pulumi = sandbox.calls("pulumi")
     assert [argv[0] for argv in pulumi] == ["version", "stack", "up"]
     assert pulumi[-1][:4] == ["up", "--stack", "test", "--yes"]
-    assert sandbox.calls("docker")[0][0] == "info"
+    assert sandbox.calls("docker") == []  # builds.mode armada (the default here): no Docker engine (docs/builds.md)
     state = sandbox.repo / ".pulumi-state"
     assert sandbox.calls("env") == [[f"PULUMI_BACKEND_URL=file://{state.resolve()}",
                                      f"PULUMI_CONFIG_PASSPHRASE_FILE={(state / 'passphrase').resolve()}"]]
@@ -223,6 +230,7 @@ def test_missing_pieces_are_listed_together_with_their_fixes(sandbox):
     # No Pulumi CLI, no docker, and a cluster that is too old and runs kube-proxy in IPVS mode.
     sandbox.tools("kubectl")
     sandbox.set_config("test", "cloudstation:kubernetes", {"context": "kind-deploy"})
+    sandbox.build_locally()
     done = sandbox.run(
         "test", FAKE_VERSION_JSON=version_json(TOO_OLD_MINOR), FAKE_CONFIGMAPS_JSON=configmaps_json("ipvs"),
     )
@@ -241,6 +249,7 @@ def test_missing_pieces_are_listed_together_with_their_fixes(sandbox):
 def test_unreachable_cluster_and_engine_stop_before_pulumi_up(sandbox):
     sandbox.tools("kubectl", "pulumi", "docker")
     sandbox.stamp(current=False)  # requirements changed: installed once, before the checks
+    sandbox.build_locally()
     done = sandbox.run("test", FAKE_CLUSTER_DOWN="1", FAKE_DOCKER_DOWN="1")
     assert done.returncode == 1
     text = _problems(done.stderr)
@@ -296,6 +305,12 @@ def test_docker_is_checked_exactly_when_the_stack_builds(stack):
     config = promoted.validate_config(stack)  # prod as its first promotion writes it
     from infra.delivery import all_entities
 
-    expected = config.environment.value == "test" and any(e.image is None for _, e in all_entities(config))
+    # With this machine's Docker engine only in `local` mode (armada builds in the cluster: docs/builds.md).
+    expected = (config.environment.value == "test" and config.platform.build_mode == "local"
+                and any(e.image is None for _, e in all_entities(config)))
     assert preflight.builds_images(config) is expected
-    assert preflight.builds_images(validate_config("test")) is True
+    test = validate_config("test")
+    assert preflight.builds_images(test) is False and test.platform.build_mode == "armada"
+    local = test.model_copy(update={"platform": test.platform.model_copy(
+        update={"builds": test.platform.builds.model_copy(update={"mode": "local"})})})
+    assert preflight.builds_images(local) is True
