@@ -4,8 +4,9 @@ The tests run them on the rendered graph of every stack, and the policy pack (po
 on the resources the Pulumi engine passes it; each returns a list of problems
 (empty when fine), so a failure names every offending object at once.
 
-This module imports only the standard library, PyYAML and infra/image_refs.py: the policy pack
-runs it in its own virtualenv (policy/requirements.txt), without the program's dependencies.
+This module imports only the standard library, PyYAML, infra/image_refs.py and infra/public_egress.py:
+the policy pack runs it in its own virtualenv (policy/requirements.txt), without the program's
+dependencies.
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import yaml
 
+from infra import public_egress
 from infra.image_refs import DIGEST_REF
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "ReplicaSet",
@@ -680,12 +682,18 @@ def _empty_selector(selector: object) -> bool:
     return isinstance(selector, dict) and not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
-def open_peer_violations(name: str, spec: dict, allow_any_address: bool = False) -> list[str]:
+def open_peer_violations(name: str, spec: dict, allow_any_address: bool = False,
+                         public_egress_ports: Optional[Sequence[int]] = None) -> list[str]:
     """NetworkPolicy rules open to every peer: a rule whose `from`/`to` is missing or empty (the
     NetworkPolicy API reads that as every source or destination, in and outside the cluster), an
     empty peer `{}`, and, unless `allow_any_address` (the stacks' allowAnyAddress/allowAnySource
     opt-ins), an ipBlock of every address (0.0.0.0/0, ::/0) or every pod of every namespace
-    (namespaceSelector {} without a podSelector that narrows it)."""
+    (namespaceSelector {} without a podSelector that narrows it).
+
+    `public_egress_ports` is given only for the builds namespace's egress policy of a stack that sets
+    `platform.builds.publicEgress.enabled` (infra/public_egress.py `OptIn.covers`): there, and nowhere
+    else, an egress rule may name every address if it is exactly the public-egress rule (every
+    non-public block excepted, on those ports only)."""
     problems = []
     for direction, key in (("ingress", "from"), ("egress", "to")):
         for index, rule in enumerate(spec.get(direction) or []):
@@ -693,6 +701,11 @@ def open_peer_violations(name: str, spec: dict, allow_any_address: bool = False)
             peers = (rule or {}).get(key) if isinstance(rule, dict) or rule is None else None
             if not peers:
                 problems.append(f"{where}: no `{key}` peers, which admits every peer (name the peers)")
+                continue
+            if direction == "egress" and public_egress_ports is not None and not allow_any_address \
+                    and any(_every_address((p.get("ipBlock") or {}).get("cidr")) for p in peers if isinstance(p, dict)):
+                problems += [f"{where}: not the public-egress rule of {public_egress.KEY}: {reason}"
+                             for reason in public_egress.rule_problems(rule, public_egress_ports)]
                 continue
             for number, peer in enumerate(peers):
                 at = f"{where}.{key}[{number}]"

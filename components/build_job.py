@@ -24,7 +24,7 @@ from pydantic import AfterValidator, Field, model_validator
 from components import network
 from components.k8s import CpuQuantity, MemoryQuantity, StorageSize, container_security
 from components.model import ConfigModel, problem
-from infra import versions
+from infra import public_egress, versions
 
 BUILDER_IMAGE = "kaniko"
 """The infra/versions.py pin of the builder (kaniko, osscontainertools fork)."""
@@ -102,7 +102,8 @@ RegistryMirror = Annotated[str, AfterValidator(_mirror)]
 class BuildEgress(ConfigModel):
     """A destination build pods may reach besides DNS and the registry: a package mirror (npm,
     Maven) or a registry mirror of base images. NetworkPolicies name addresses, not host names:
-    a host outside the cluster needs its CIDRs."""
+    a host outside the cluster needs its CIDRs. (Services behind CDNs, whose addresses cannot be
+    listed, are `publicEgress`'s: public addresses only, never the cluster's.)"""
 
     hosts: list[str] = []
     """Host names, for the record and the check: in-cluster Services `<svc>.<namespace>.svc…`
@@ -111,27 +112,71 @@ class BuildEgress(ConfigModel):
     """The destination's addresses as CIDRs, e.g. [10.20.30.0/24] for a Nexus or Artifactory."""
     ports: list[network.Port] = Field(default=[443], min_length=1)
     """The destination's ports (HTTPS by default)."""
-    allow_any_address: bool = False
-    """Opt-in: any address on `ports` (e.g. registry.npmjs.org behind a CDN). Not the default: a
-    build runs the entity's own scripts (npm install hooks, Maven plugins)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_any_address(cls, data):
+        # An egress entry once had allowAnyAddress (0.0.0.0/0 and ::/0, the cluster's own addresses
+        # included); publicEgress replaced it with public addresses only.
+        if isinstance(data, dict) and ("allowAnyAddress" in data or "allow_any_address" in data):
+            raise problem("not a key of an egress entry: to let builds reach services whose addresses cannot be "
+                          "listed (docker.io, registry.npmjs.org, GitHub), set platform.builds.publicEgress.enabled: "
+                          "true (public addresses only, never the cluster's or private ones)",
+                          ".allowAnyAddress", data.get("allowAnyAddress", data.get("allow_any_address")))
+        return data
 
     @model_validator(mode="after")
     def _addresses(self) -> "BuildEgress":
-        network.check_server_addresses(self.hosts, self.cidrs, self.allow_any_address)
-        if not self.cidrs and not self.allow_any_address and not any(network.SERVICE_HOST.match(h) for h in self.hosts):
-            raise problem("names no destination: list cidrs, in-cluster hosts (<svc>.<namespace>.svc) "
-                          "or set allowAnyAddress: true", ".cidrs", [])
+        outside = [h for host in self.hosts for h in network.outside_hosts(host)]
+        if outside and not self.cidrs:
+            raise problem(f"required for a destination outside the cluster ({', '.join(outside)}): its addresses as "
+                          "CIDRs, e.g. [10.20.30.0/24] (build pods' NetworkPolicy names addresses, not hosts); "
+                          "for services behind CDNs use platform.builds.publicEgress instead", ".cidrs", [])
+        if not self.cidrs and not any(network.SERVICE_HOST.match(h) for h in self.hosts):
+            raise problem("names no destination: list cidrs or in-cluster hosts (<svc>.<namespace>.svc)", ".cidrs", [])
         return self
 
     def peers(self) -> list[dict]:
-        """The NetworkPolicy peers of this destination (never empty, never every address unless opted in)."""
+        """The NetworkPolicy peers of this destination (never empty, never every address)."""
         peers = [network.namespace_peer(m["namespace"]) for m in (network.SERVICE_HOST.match(h) for h in self.hosts) if m]
-        peers += network.any_address() if self.allow_any_address else network.ip_blocks(self.cidrs)
+        peers += network.ip_blocks(self.cidrs)
         unique = []
         for peer in peers:
             if peer not in unique:
                 unique.append(peer)
         return unique
+
+
+class PublicEgress(ConfigModel):
+    """Opt-in: build pods may reach PUBLIC addresses (docs/builds.md, "Network access of builds"):
+    `0.0.0.0/0` and `::/0` on `ports`, except every private, CGNAT, loopback, link-local (cloud
+    metadata), multicast and tunnel block (infra/public_egress.py) and every block the stack names
+    (`cidrs`/`nodeCidrs` keys: nodes, API server, external servers). What a build needs without
+    mirrors: docker.io for base images, registry.npmjs.org for `npm ci`, GitHub for the CloudState
+    SDK's protoc, all behind CDNs whose addresses change. Only the builds namespace's `build-egress`
+    policy carries it. A build runs the entity's own scripts: with this on, they can send anything
+    to any public host, so prefer mirrors in `egress` where you have them."""
+
+    enabled: bool = False
+    """Let build pods reach public addresses on `ports` (off by default; it is the one rule of the
+    program open to every public address)."""
+    ports: list[network.Port] = Field(default=list(public_egress.DEFAULT_PORTS), min_length=1)
+    """TCP ports (HTTPS only by default; add 80 only for a source that needs plain HTTP)."""
+    except_cidrs: list[network.Cidr] = []
+    """More blocks the rule must not reach, besides the non-public ones and those the stack names:
+    e.g. your organisation's public ranges."""
+
+    @model_validator(mode="after")
+    def _only_when_enabled(self) -> "PublicEgress":
+        if not self.enabled:
+            for key in ("ports", "except_cidrs"):
+                if key in self.model_fields_set:
+                    value = [str(v) if not isinstance(v, int) else v for v in getattr(self, key)]
+                    raise problem("only with enabled: true (remove it, or enable public egress knowingly)",
+                                  "." + ("ports" if key == "ports" else "exceptCidrs"), value)
+        if len(set(self.ports)) != len(self.ports):
+            raise problem("each port once", ".ports", self.ports)
+        return self
 
 
 class BuildSettings(ConfigModel):
@@ -152,8 +197,13 @@ class BuildSettings(ConfigModel):
     timeout_seconds: int = Field(default=1800, ge=60, le=86400)
     """How long a build pod may run (`activeDeadlineSeconds`) before Kubernetes stops it."""
     egress: list[BuildEgress] = []
-    """Where builds may connect besides DNS and the registry. Empty (the default) means nowhere:
-    base images and packages then need a mirror listed here (docs/builds.md)."""
+    """Where builds may connect besides DNS and the registry: package and registry mirrors. Empty
+    (the default) means nowhere: base images and packages then need a mirror listed here, or
+    `publicEgress` (docs/builds.md)."""
+    public_egress: PublicEgress = PublicEgress()
+    """Opt-in: builds may reach public addresses (docker.io, registry.npmjs.org, GitHub) on port 443,
+    never private or cluster ones. Where neither this nor `egress` is set, a stack in `armada` mode
+    is refused: its builds could pull nothing (docs/builds.md, "Network access of builds")."""
     registry_mirrors: list[RegistryMirror] = []
     """Registry mirrors kaniko pulls docker.io base images through (`--registry-mirror`), in order;
     list their addresses in `egress` too."""
@@ -171,6 +221,25 @@ class BuildSettings(ConfigModel):
         """The settings whose change must rebuild every image (the EntityBuild input `builder`):
         the images that build it. Resources, timeout and egress do not change what is built."""
         return {"image": self.builder_image, "fetchImage": versions.image(FETCH_IMAGE)}
+
+    def nothing_to_pull_from(self, mode_note: str = "") -> Optional[str]:
+        """For the stack config's check of `armada` mode (before any resource): what is wrong when build
+        pods could reach nothing to pull from (the key is `publicEgress.enabled`), else None. Declared
+        `egress` counts (an in-house mirror); `registryMirrors` alone do not (a mirror is reached only
+        at an `egress` address), nor does `platform.imageMirror` (kaniko pulls docker.io base images
+        through it too, `base_image_mirrors`, but build pods reach it only at an `egress` address)."""
+        if self.public_egress.enabled or self.egress:
+            return None
+        return (
+            f"in-cluster builds{mode_note} may reach only DNS and the registry, so they would fail after minutes: "
+            "kaniko could not pull the Dockerfiles' base images from docker.io, `npm ci` could not reach "
+            "registry.npmjs.org and the CloudState SDK's postinstall could not download protoc from GitHub. "
+            "Set cloudstation:platform.builds.publicEgress.enabled: true to let builds reach public addresses "
+            "on port 443 knowingly (never private or cluster ones), or list your mirrors in "
+            "platform.builds.egress (registryMirrors and platform.imageMirror, which kaniko pulls base images "
+            "through, are reached only there), or set platform.builds.mode: local (docs/builds.md, "
+            "\"Network access of builds\")"
+        )
 
 
 def _check(condition: bool, message: str) -> None:

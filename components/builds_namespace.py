@@ -3,10 +3,11 @@
 The namespace enforces the Pod Security level the builder needs (build_job.POD_SECURITY_LEVEL,
 "baseline"; "restricted" is still warned and audited, so every relaxation shows), denies all
 traffic by default (components/namespace.py) and lets build pods reach only DNS, the registry's
-pods on its port, and the destinations `BuildSettings.egress` declares (package and registry
-mirrors). Nothing may connect to a build pod. The Secret `<name>` holds what a build pod needs of
-the registry: `.dockerconfigjson` for kaniko's push and `auth` (base64 of `user:password`) for the
-fetch container's HTTP Basic header; pods mount them as files, never env.
+pods on its port, the destinations `BuildSettings.egress` declares (package and registry
+mirrors) and, only with the opt-in `publicEgress`, public addresses. Nothing may connect to a
+build pod. The Secret `<name>` holds what a build pod needs of the registry: `.dockerconfigjson`
+for kaniko's push and `auth` (base64 of `user:password`) for the fetch container's HTTP Basic
+header; pods mount them as files, never env.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from components import network
 from components.component import Component
 from components.namespace import Namespace, NamespaceArgs
 from components.registry import dockerconfigjson
+from infra import public_egress
 
 SECRET_NAME = "build-registry"
 """The build Secret in the builds namespace (`secret_name` of build_job.build_job_item)."""
@@ -30,7 +32,8 @@ COMPONENT = "entity-build"
 BUILD_POD_LABEL = "armada_job_id"
 """The label Armada's executor puts on every pod it creates for a job (armadaproject/armada v0.22.7
 internal/executor/domain/pod_metadata.go `JobId`): the build policies select exactly Armada's pods."""
-EGRESS_POLICY = "build-egress"
+EGRESS_POLICY = public_egress.POLICY
+"""`build-egress`: the checks and the policy pack allow the public-egress rule in this policy only."""
 INGRESS_POLICY = "build-no-ingress"
 
 
@@ -52,6 +55,9 @@ class BuildsNamespaceArgs:
     settings: build_job.BuildSettings = field(default_factory=build_job.BuildSettings)
     registry_port: int = 5000
     """The port the registry's pods listen on (the policy names the pod's port, after the Service)."""
+    stack_cidrs: tuple = ()
+    """Address blocks the stack names (nodes, API server, external servers): the public-egress rule
+    excepts them too (infra/public_egress.py `named_cidrs`)."""
 
 
 def registry_endpoint(args: BuildsNamespaceArgs) -> network.Endpoint:
@@ -62,10 +68,15 @@ def registry_endpoint(args: BuildsNamespaceArgs) -> network.Endpoint:
 
 
 def egress_rules(args: BuildsNamespaceArgs) -> list[dict]:
-    """Build pods' egress beyond DNS: the registry, then each declared destination."""
+    """Build pods' egress beyond DNS: the registry, then each declared destination, then (opt-in
+    `publicEgress`) public addresses on its ports: the only rule of the program that names every
+    address, excepting every non-public block and the stack's own (infra/public_egress.py)."""
     rules = [network.to(registry_endpoint(args))]
     for destination in args.settings.egress:
         rules.append(network.egress(destination.peers(), destination.ports))
+    public = args.settings.public_egress
+    if public.enabled:
+        rules.append(network.egress(public_egress.peers([*public.except_cidrs, *args.stack_cidrs]), public.ports))
     return rules
 
 

@@ -6,7 +6,8 @@ docs/network-policies.md lists every flow.
 No rule is open to every peer: a rule always names its peers (an empty or missing `from`/`to`
 means "everyone" in Kubernetes, so `_rule` refuses it), and an address block matching every
 address (0.0.0.0/0, ::/0) appears only where a stack sets an opt-in key named for it
-(`allowAnyAddress`, `allowAnySource`). Servers outside the cluster (the Kubernetes API server,
+(`allowAnyAddress`, `allowAnySource`, and `platform.builds.publicEgress`, whose rule excepts every
+non-public block: infra/public_egress.py). Servers outside the cluster (the Kubernetes API server,
 external stores, Redis, Pulsar) are reached at the CIDRs their config lists.
 
 Peers are camelCase dicts as they appear in the rendered manifests. An `Endpoint` is what a

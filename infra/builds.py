@@ -28,6 +28,7 @@ from components.builds_namespace import BuildsNamespace, BuildsNamespaceArgs
 from components.entity_build import EntityBuild, EntityBuildArgs
 from components.registry import PORT as REGISTRY_PORT
 from components.registry_api import is_loopback
+from infra import public_egress
 from infra.config import Environment, StackConfig
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ def namespace(stack: "StackContext", opts: pulumi.ResourceOptions) -> Optional[B
             password=access.password,
             settings=config.platform.builds,
             registry_port=REGISTRY_PORT,
+            # The public-egress rule (opt-in) excepts every block the stack names: nodes, API server, ...
+            stack_cidrs=tuple(public_egress.named_cidrs(config.platform.model_dump(by_alias=True, mode="json"))),
         ),
         opts,
     )

@@ -418,6 +418,19 @@ class PlatformConfig(ConfigModel):
                 True,
             )
         return self
+    @model_validator(mode="after")
+    def _builds_can_pull(self, info: ValidationInfo) -> "PlatformConfig":
+        # Build pods reach only DNS, the registry and what the stack declares (components/builds_namespace.py):
+        # with nothing declared, every build would fail after minutes on a real cluster. Checked for a
+        # test stack being loaded (not for the reference's defaults; prod never builds).
+        if self.build_mode != "armada" or (info.context or {}).get("environment") != Environment.TEST:
+            return self
+        note = " (platform.builds.mode: armada" + ("" if self.builds.mode else ", the default in a stack running Armada") + ")"
+        reason = self.builds.nothing_to_pull_from(note)
+        if reason:
+            raise problem(reason, ".builds.publicEgress.enabled", False)
+        return self
+
 
 
 WORKER_UNUSED_PLATFORM_KEYS = (

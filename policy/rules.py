@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from infra import versions
+from infra import public_egress, versions
 from cloudstation_tools import checks  # noqa: E402  (the repo root is on the path only from here on)
 
 PROJECT = "cloudstation"
@@ -281,7 +281,12 @@ def _open_peers(args: ResourceValidationArgs, report: ReportViolation) -> None:
     spec = obj.get("spec")
     if isinstance(spec, dict):
         allow = bool(args.get_config().get("allowAnyAddress", False))
-        report_all(report, checks.open_peer_violations(described(obj), spec, allow))
+        # The builds' public egress is allowed by the stack's own named opt-in, in its builds
+        # namespace's egress policy only (infra/public_egress.py), not by the pack-wide allowAnyAddress.
+        opted = public_egress.opt_in(stack_config(), environment())
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        ports = opted.ports if opted and opted.covers(meta.get("namespace"), meta.get("name")) else None
+        report_all(report, checks.open_peer_violations(described(obj), spec, allow, ports))
 
 
 def _configmaps(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -479,7 +484,9 @@ no_open_network_peers = ResourceValidationPolicy(
     description="No NetworkPolicy rule is open to every peer: every ingress rule names its `from` and every egress "
                 "rule its `to` (missing or `[]` means everyone), no peer is `{}`, and no peer is every address "
                 "(ipBlock 0.0.0.0/0 or ::/0) or every pod of every namespace (namespaceSelector {}) unless the pack "
-                "runs with allowAnyAddress: true for a stack that sets an allowAnyAddress/allowAnySource opt-in.",
+                "runs with allowAnyAddress: true for a stack that sets an allowAnyAddress/allowAnySource opt-in. The "
+                "builds' public-egress rule (infra/public_egress.py) passes without it, exactly as defined and only in "
+                "the builds namespace's build-egress policy of a stack that sets platform.builds.publicEgress.enabled.",
     validate=_open_peers,
     enforcement_level=MANDATORY,
     config_schema=PolicyConfigSchema(properties={"allowAnyAddress": {"type": "boolean", "default": False}}),

@@ -462,7 +462,8 @@ def minimal_stack(platform: dict) -> dict:
     """The raw config of a test stack with one small project and this `platform`."""
     return {
         "cloudstation:environment": "test",
-        "cloudstation:platform": platform,
+        # Builds in the cluster (the default mode) must say where they may pull from.
+        "cloudstation:platform": {"builds": {"publicEgress": {"enabled": True}}, **platform},
         "cloudstation:projects": [
             {"name": "p", "entities": [{"name": "e", "kind": "action", "language": "go", "source": "x"}]}
         ],
@@ -523,5 +524,5 @@ def test_a_stack_that_does_not_own_the_cluster_may_not_run_armada():
     ]
     raw["cloudstation:platform"]["armada"] = {"enabled": False}
     assert stack_config.load(raw).platform.armada.enabled is False
-    raw["cloudstation:platform"] = {"ownsClusterResources": True}
+    raw["cloudstation:platform"] = minimal_stack({"ownsClusterResources": True})["cloudstation:platform"]
     assert stack_config.load(raw).platform.armada.enabled is True

@@ -219,7 +219,8 @@ def stack(**armada) -> dict:
     return {
         "cloudstation:environment": "test",
         "cloudstation:projects": json.dumps([{"name": "shop", "entities": [ENTITY]}, {"name": "ml", "entities": [ENTITY]}]),
-        "cloudstation:platform": json.dumps({"armada": armada}),
+        # Builds in the cluster (the default mode) must say where they may pull from.
+        "cloudstation:platform": json.dumps({"armada": armada, "builds": {"publicEgress": {"enabled": True}}}),
     }
 
 

@@ -22,6 +22,9 @@ def raw(environment="test", projects=None, **sections) -> dict[str, str]:
         ]}
     ]
     values = {"cloudstation:environment": environment, "cloudstation:projects": json.dumps(projects)}
+    if environment == "test" and "platform" not in sections:
+        # A test stack building in the cluster (the default mode) must say where builds may pull from.
+        sections = {**sections, "platform": {"builds": {"publicEgress": {"enabled": True}}}}
     values.update({f"cloudstation:{k}": json.dumps(v) for k, v in sections.items()})
     return values
 

@@ -221,7 +221,8 @@ def entity_config(tmp_path, language: str, files: dict[str, str]) -> dict:
         "cloudstation:projects": [
             {"name": "p", "entities": [{"name": "e", "kind": "action", "language": language, "source": "entities/p/e"}]}
         ],
-        "cloudstation:platform": {"projectState": {"image": "localhost:32000/platform/project-state@sha256:" + "1" * 64}},
+        "cloudstation:platform": {"projectState": {"image": "localhost:32000/platform/project-state@sha256:" + "1" * 64},
+                                  "builds": {"publicEgress": {"enabled": True}}},
     }
 
 

@@ -25,9 +25,11 @@ from components import network
 from components.project_environment import MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL
 from infra import config as stack_config
 from cloudstation_tools import render
+from cloudstation_tools import checks
 from cloudstation_tools.checks import pod_spec, selects
-from tests import cloudstate_variants
-from tests.armada_variants import OWN_CLUSTER, config_of, variant
+from infra import public_egress
+from tests import cloudstate_variants, promoted
+from tests.armada_variants import OWN_CLUSTER, config_of, stack_file, variant
 from tests.conftest import objects
 
 API_SERVER = "172.18.0.2"
@@ -601,18 +603,51 @@ def all_renders(rendered_stacks) -> dict[str, render.Rendered]:
     }
 
 
+def stack_values(name: str) -> dict[str, str]:
+    """The config (as the engine passes it) a render of `all_renders` was made from: a stack file's,
+    or for a CloudState variant the stack file it edits (which keeps its `builds` settings)."""
+    base = {"non-owner": "test", "owner-external-cassandra": "prod"}.get(name, name)
+    return stack_file(OWN_CLUSTER).values if base == OWN_CLUSTER else promoted.read(base).values
+
+
+def public_egress_opt_in(name: str, rendered) -> Optional[public_egress.OptIn]:
+    values = stack_values(name)
+    return public_egress.opt_in(values, values.get("cloudstation:environment", rendered.stack))
+
+
 def test_no_rule_is_open_to_every_peer(rendered_stacks):
     """Every rule of every policy names its peers and ports; none matches every address
-    (0.0.0.0/0, ::/0) or every pod of every namespace: these stacks opt in to nothing."""
-    checked = 0
+    (0.0.0.0/0, ::/0) or every pod of every namespace, except the one rule a stack opts in to by name:
+    the builds' public egress (`platform.builds.publicEgress`, infra/public_egress.py), in its builds
+    namespace's `build-egress` policy only and exactly as defined there. The checks the policy pack runs
+    agree, and refuse that rule anywhere else or without the opt-in."""
+    checked, opened = 0, {}
     for name, rendered in all_renders(rendered_stacks).items():
-        for policy, peers_key, rule in every_rule(objects(rendered, "NetworkPolicy")):
-            checked += 1
-            assert rule.get(peers_key), (name, policy, rule)
-            assert rule.get("ports"), (name, policy, rule)
-            assert all(p.get("port") is not None for p in rule["ports"]), (name, policy, rule)
-            assert not any(opens_every_address(peer) for peer in rule[peers_key]), (name, policy, rule)
+        opt_in = public_egress_opt_in(name, rendered)
+        for policy in objects(rendered, "NetworkPolicy"):
+            meta = policy["metadata"]
+            ours = opt_in is not None and opt_in.covers(meta["namespace"], meta["name"])
+            for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+                for rule in policy["spec"].get(direction) or []:
+                    checked += 1
+                    where = (name, meta["namespace"], meta["name"], rule)
+                    assert rule.get(peers_key), where
+                    assert rule.get("ports"), where
+                    assert all(p.get("port") is not None for p in rule["ports"]), where
+                    if any(opens_every_address(peer) for peer in rule[peers_key]):
+                        assert ours and direction == "egress", where
+                        assert public_egress.rule_problems(rule, opt_in.ports) == [], where
+                        opened.setdefault(name, []).append((meta["namespace"], meta["name"]))
+            ports = opt_in.ports if ours else None
+            assert checks.open_peer_violations(meta["name"], policy["spec"], False, ports) == [], (name, meta)
+            if ours:
+                # Without the opt-in the same policy is refused.
+                assert checks.open_peer_violations(meta["name"], policy["spec"]) != [], (name, meta)
     assert checked > 50
+    # The test stack file opts in and builds in the cluster: exactly its builds namespace's policy opens.
+    test_opt_in = public_egress_opt_in("test", rendered_stacks["test"])
+    assert test_opt_in is not None
+    assert opened == {"test": [(test_opt_in.namespace, public_egress.POLICY)]}
 
 
 @functools.lru_cache(maxsize=None)
@@ -667,9 +702,14 @@ def test_api_egress_only_to_the_configured_cidrs_and_ports(which, rendered_stack
         for address in (SERVICE_IP, INTERNET, API_SERVER if which == "custom-api" else "192.0.2.1"):
             for port in (443, 6443):
                 assert not cluster.allowed(pod, Address(address), port), (pod.name, address, port)
-    # The only address blocks in any egress rule are the API's (these stacks name no external server).
-    blocks = {peer["ipBlock"]["cidr"] for _, key, rule in every_rule(objects(rendered, "NetworkPolicy"))
-              if key == "to" for peer in rule["to"] if "ipBlock" in peer}
+    # The only address blocks in any egress rule are the API's (these stacks name no external server),
+    # besides the builds' public-egress rule where the stack opts in (test_build_egress.py checks it).
+    opt_in = public_egress_opt_in("test" if which == "custom-api" else which, rendered)
+    blocks = {peer["ipBlock"]["cidr"] for policy in objects(rendered, "NetworkPolicy")
+              for rule in policy["spec"].get("egress") or []
+              if not (opt_in and opt_in.covers(policy["metadata"]["namespace"], policy["metadata"]["name"])
+                      and public_egress.rule_problems(rule, opt_in.ports) == [])
+              for peer in rule["to"] if "ipBlock" in peer}
     assert blocks == {str(c) for c in api.cidrs}
 
 
@@ -679,7 +719,9 @@ def test_any_source_or_address_only_where_the_stack_opts_in():
     rendered = custom_api_render()
     opened = {(policy, rule["ports"][0]["port"]) for policy, key, rule in every_rule(objects(rendered, "NetworkPolicy"))
               if any(opens_every_address(peer) for peer in rule[key])}
-    assert opened == USER_FACING
+    # Besides the test stack file's own opt-in: the builds' public egress on its ports.
+    builds = public_egress_opt_in("test", rendered)
+    assert opened == USER_FACING | {(public_egress.POLICY, port) for port in builds.ports[:1]}
     cluster = cluster_of({"test": rendered})
     for name, port in USER_FACING:
         assert cluster.allowed(Address(USER), cluster.pod(rendered.outputs["armadaNamespace"], name), port)

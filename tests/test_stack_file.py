@@ -239,7 +239,8 @@ def _raw_test_config(**entity) -> dict:
     return {
         "cloudstation:environment": "test",
         "cloudstation:projects": json.dumps([{"name": "shop", "entities": [entity]}]),
-        "cloudstation:platform": json.dumps({"projectState": {"image": project_state}}),
+        "cloudstation:platform": json.dumps({"projectState": {"image": project_state},
+                                             "builds": {"publicEgress": {"enabled": True}}}),
     }
 
 
