@@ -294,6 +294,21 @@ def builder_args(destination: str, registry_host: str, plain_http: bool, mirrors
     return args
 
 
+def base_image_mirrors(settings: BuildSettings, image_mirror: Optional[str] = None) -> list[str]:
+    """kaniko's `--registry-mirror`s: `registryMirrors` in order, then `platform.imageMirror`.
+    Both lay docker.io out the same way: kaniko maps `docker.io/library/node:22` to
+    `<host>/<path>/library/node:22` (osscontainertools/kaniko v1.28.3 cmd/executor/cmd/root.go
+    ValidateFlags turns each mirror into a registry map of index.docker.io; pkg/image/remote/remote.go
+    parseRegistryMapping splits host and path at the first "/" and remapRepository prefixes the
+    path), as infra/versions.py `image` rewrites the pins. So the entities' own `FROM docker.io/...`
+    pins come from the mirror the nodes pull the platform from (generated Dockerfiles already name
+    it). A base image the mirror lacks falls back to docker.io (no --skip-default-registry-fallback)."""
+    mirrors = list(settings.registry_mirrors)
+    if image_mirror and image_mirror.rstrip("/") not in mirrors:
+        mirrors.append(image_mirror.rstrip("/"))
+    return mirrors
+
+
 def build_job_item(
     *,
     project: str,
@@ -362,6 +377,11 @@ def pod_spec(
         ],
         # Armada refuses init containers with whole CPUs (submit_request.go `validateInitContainerCpu`).
         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}},
+        # A refused download (401, 404) or a sha256 mismatch writes no /dev/termination-log: the
+        # kubelet then keeps the log's tail as the termination message, which Armada's executor
+        # reports as the job's error (v0.22.7 internal/executor/util/pod_status.go
+        # ExtractPodFailedReason reads terminated.Message), so the reason reaches `pulumi up`.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security(read_only_root=True, run_as_user=FETCH_UID),
         "volumeMounts": [
             {"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True},
@@ -373,7 +393,7 @@ def pod_spec(
     build = {
         "name": "build",
         "image": settings.image or versions.image(BUILDER_IMAGE, image_mirror),
-        "args": builder_args(destination, registry_host, plain_http, list(settings.registry_mirrors)),
+        "args": builder_args(destination, registry_host, plain_http, base_image_mirrors(settings, image_mirror)),
         "env": [{"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR}],
         "resources": {"requests": dict(build_resources), "limits": dict(build_resources)},
         # A failed build has written no digest to /dev/termination-log, so the kubelet takes the

@@ -33,10 +33,16 @@ Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at
   inputs with the old outputs (a same step).
 
 Delete removes nothing: images are shared by digest with prod (promotion tags them, it does not
-copy them), and a rollback needs old images. Clean up by deleting old tags' manifests through the
-registry API (`DELETE /v2/<repository>/manifests/<digest>`, the managed registry enables deletes)
-and running the registry's garbage collection; build contexts under `builds/` are never needed
-once their image exists and can all go (docs/builds.md).
+copy them), and a rollback needs old images. The managed registry has API deletes off
+(components/registry.py), so clean-up happens on its volume: remove old tags and the build contexts
+under `builds/` (never needed once their image exists), run the registry's garbage collection with
+the registry read-only or stopped, then restart it, since its in-memory blob-descriptor cache would
+otherwise still report freed blobs and `_upload_context` would skip a context upload
+(docs/builds.md, "Image clean-up").
+
+Submissions carry a deterministic `clientId` (`client_id`): a repeated or interrupted `pulumi up`
+waits for the job already building, and an earlier job that ended without the image is followed by
+a new attempt (`EntityBuildProvider._submit`).
 """
 from __future__ import annotations
 
@@ -151,6 +157,38 @@ def problems(news: dict) -> list[tuple[str, str]]:
     return found
 
 
+MAX_ATTEMPTS = 50
+"""Earlier jobs of one content that ended without the image, after which a build gives up."""
+EARLIER_MARGIN_SECONDS = 30.0
+"""A job counts as an earlier `pulumi up`'s only when created this much before the submission
+reached the server: room for clocks of a proxy (whose `Date` the answer may carry) and the server
+to differ. A job that fails within this margin of being submitted was not an earlier run's anyway."""
+
+
+def client_id(props: dict, attempt: int = 1) -> str:
+    """The job's `clientId` (apiJobSubmitRequestItem, at most 100 characters: v0.22.7
+    submit_request.go validateClientId): the content tag, a digest of the repository, tag and
+    context digest (entities sharing a source share a tag but not a repository), and the attempt.
+    Deterministic, so a re-run submits the same id; a new content tag is a new id."""
+    import hashlib
+
+    key = "\n".join([props["repository"], props["contentTag"], props["contextDigest"]])
+    return f"{props['contentTag'][:63]}.{hashlib.sha256(key.encode()).hexdigest()[:16]}.{attempt}"
+
+
+def is_earlier_job(job_id: str, server_time: Optional[float], request_seconds: float) -> bool:
+    """Whether the submit answer's `job_id` existed before the request reached the server: its
+    ULID time is earlier than the answer's `Date` (the server's clock, whole seconds, never after
+    the answer) less the request's round trip and EARLIER_MARGIN_SECONDS. Without a `Date` or a
+    ULID the job is taken as new (the build then fails or succeeds on its own)."""
+    from components.armada.jobs_api import job_id_time
+
+    created = job_id_time(job_id)
+    if created is None or server_time is None:
+        return False
+    return created < server_time - request_seconds - EARLIER_MARGIN_SECONDS
+
+
 def whole_numbers(value: Any) -> Any:
     """`value` with every integral float back to an int. Inputs reach a provider through a protobuf
     Struct, whose numbers are doubles (pulumi 3.272.0 sdk/python/lib/pulumi/runtime/rpc.py
@@ -236,7 +274,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
             log(f"{image}: already in the registry ({digest}), nothing to build")
         else:
             self._upload_context(props, registry)
-            job_id = self._run_job(props)
+            job_id = self._run_job(props, registry)
             digest = registry.manifest_digest(repository, tag)
             if digest is None:
                 raise BuildFailed(f"{image}: Armada job {job_id} succeeded but the registry at {props['registryUrl']} "
@@ -266,7 +304,43 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         manifest = build_context.context_manifest(digest, len(tar))
         registry.put_manifest(repository, tag, manifest, build_context.OCI_MANIFEST)
 
-    def _run_job(self, props: dict) -> str:
+    def _submit(self, props: dict, client, registry) -> str:
+        """Submit the build with a deterministic `clientId` (`client_id`) and return the job to
+        wait for. Armada answers a clientId it has seen in the queue with the original job's id
+        (v0.22.7 internal/server/submit/submit.go SubmitJobs, deduplicaton.go: key
+        `<queue>:<clientId>` in the lookout database's job_deduplication table, pruned after the
+        lookout pruner's `deduplicationExpireAfter`, 168h by default), so a `pulumi up` that was
+        interrupted, or runs while an earlier one's job still runs, waits for that job instead of
+        building twice. An original that already ended without the image (a failed test, a
+        cancel) is not waited for: the next attempt (clientId suffix) builds again. A job is an
+        original when its id (a ULID) was stamped before this request reached the server
+        (`is_earlier_job`)."""
+        from components.armada.jobs_api import FAILED_STATES, SUCCEEDED
+
+        image = f"{props['repository']}:{props['contentTag']}"
+        queue, job_set = props["queue"], props["jobSetId"]
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            item = {**whole_numbers(props["jobItem"]), "clientId": client_id(props, attempt)}
+            started = time.monotonic()
+            (job_id,), server_time = client.submit_timed(queue, job_set, [item])
+            if not is_earlier_job(job_id, server_time, time.monotonic() - started):
+                log(f"{image}: submitted Armada job {job_id} (queue {queue}, job set {job_set}, client id {item['clientId']})")
+                return job_id
+            state = client.status([job_id])[job_id]
+            ended_without_image = state in FAILED_STATES or (
+                state == SUCCEEDED and registry is not None
+                and registry.manifest_digest(props["repository"], props["contentTag"]) is None)
+            if not ended_without_image:
+                log(f"{image}: Armada job {job_id} of an earlier `pulumi up` builds it (client id {item['clientId']}, "
+                    f"{state}); waiting for it")
+                return job_id
+            log(f"{image}: Armada job {job_id} of an earlier `pulumi up` ended {state} without the image (client id "
+                f"{item['clientId']}); building again")
+        raise BuildFailed(f"{image}: {MAX_ATTEMPTS} earlier Armada jobs of this content all ended without the image "
+                          f"(client ids {client_id(props, 1)} to {client_id(props, MAX_ATTEMPTS)} in queue {queue}); "
+                          "change the entity or wait for Armada to forget them (lookout pruner, deduplicationExpireAfter)")
+
+    def _run_job(self, props: dict, registry=None) -> str:
         from components.armada.jobs_api import FAILED_STATES, SUCCEEDED, failure_reason
 
         timeout, poll = float(props["timeoutSeconds"]), float(props["pollSeconds"])
@@ -274,8 +348,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         image = f"{props['repository']}:{props['contentTag']}"
         client = _jobs(props, wait=min(CONNECT_WAIT_SECONDS, timeout))
         queue, job_set = props["queue"], props["jobSetId"]
-        (job_id,) = client.submit(queue, job_set, [whole_numbers(props["jobItem"])])
-        log(f"{image}: submitted Armada job {job_id} (queue {queue}, job set {job_set})")
+        job_id = self._submit(props, client, registry)
         state, last_error = None, None
         while True:
             try:

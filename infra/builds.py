@@ -119,7 +119,8 @@ def admission(config: StackConfig) -> dict:
     if not in_armada(config):
         return {}
     return {"build_namespace": config.platform.builds_namespace, "build_queues": tuple(build_queues(config)),
-            "build_labels": (LABEL_PROJECT, LABEL_ENTITY, LABEL_CONTENT_TAG)}
+            "build_labels": (LABEL_PROJECT, LABEL_ENTITY, LABEL_CONTENT_TAG),
+            "build_user_namespace": config.platform.builds.user_namespace}
 
 
 def armada_builds(config: StackConfig, auth, builds_namespace: BuildsNamespace, queues, executors) -> ArmadaBuilds:
@@ -171,6 +172,8 @@ def entity_build(
         project=project, entity=entity, content_tag=tag, context_digest=digest, registry_host=host,
         namespace=config.platform.builds_namespace, secret_name=secret, settings=settings,
         repository_prefix=access.repository_prefix, plain_http=True,
+        # The nodes pull the builder and fetch images, kaniko the docker.io base images, through it.
+        image_mirror=config.platform.image_mirror,
     )))
     registry_auth = pulumi.Output.secret(
         pulumi.Output.all(access.username, access.password).apply(lambda up: basic_auth(up[0], up[1] or ""))

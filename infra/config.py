@@ -268,8 +268,9 @@ class BuildsConfig(BuildSettings):
     `pulumi up`); `local`: pulumi-docker builds with the Docker engine of that machine and pushes
     through the registry's push host. Unset: `armada` in a stack that runs Armada
     (`platform.armada.enabled`), manages its build queues (`armada.queueApi.enabled`,
-    `armada.projectQueue.enabled`) and its registry (`registry.mode: managed`), else `local`. Build
-    pods run in the namespace `<platform namespace>-build`."""
+    `armada.projectQueue.enabled`) and its registry (`registry.mode: managed`) and has no
+    `armada.workers` (a build job could run on a worker cluster: `armada` is refused there), else
+    `local`. Build pods run in the namespace `<platform namespace>-build`."""
 
 
 class PlatformConfig(ConfigModel):
@@ -322,9 +323,10 @@ class PlatformConfig(ConfigModel):
         if self.builds.mode:
             return self.builds.mode
         armada = self.armada
-        # A worker stack (armada.mode: executor-only) has no server to submit builds to.
+        # A worker stack (armada.mode: executor-only) has no server to submit builds to; a main
+        # stack with workers could see its builds scheduled on a worker cluster (_armada_builds_need_armada).
         runs_builds = armada.enabled and armada.mode == "full" and armada.queue_api.enabled and armada.project_queue.enabled
-        return "armada" if runs_builds and self.registry.mode == "managed" else "local"
+        return "armada" if runs_builds and not armada.workers and self.registry.mode == "managed" else "local"
 
     @property
     def builds_namespace(self) -> str:
@@ -372,6 +374,17 @@ class PlatformConfig(ConfigModel):
             raise problem(
                 "builds run as jobs of this stack's Armada, but platform.armada.enabled is false; "
                 "set builds.mode: local (pulumi-docker on the machine running `pulumi up`) or enable Armada",
+                ".builds.mode", mode,
+            )
+        if armada.workers:
+            # Armada v0.22.7 finds a job eligible in every pool where it fits (internal/scheduler/
+            # submitcheck.go), a worker cluster's pool included, and nothing in a build job pins it to
+            # this cluster, where alone the builds namespace, its Secret and the registry Service exist.
+            raise problem(
+                "build jobs could be scheduled onto a worker cluster (platform.armada.workers: "
+                f"{', '.join(w.name for w in armada.workers)}), which has no builds namespace and no registry; "
+                "in-cluster builds are refused in a stack with workers until build jobs can be pinned to this "
+                "cluster. Set platform.builds.mode: local (the default with workers) or remove platform.armada.workers",
                 ".builds.mode", mode,
             )
         if not armada.queue_api.enabled or not armada.project_queue.enabled:

@@ -434,8 +434,8 @@ def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queu
                   verbs=("submit",), pod_security: str = "restricted", namespace: Optional[str] = None,
                   authorization: Optional[str] = None) -> Iterator[BuildCluster]:
     """A docker-registry (tests/registry_server.py, in `workdir`), a FakeArmada whose `queues` give `users` the
-    queue `verbs` (submit, watch, cancel; the Queue component grants only submit:
-    components/armada/queue.py submit_permission), a FakeExecutor playing the build pods and a FakeBinoculars
+    queue `verbs` (submit, watch, cancel; the Queue component grants the build user all three:
+    components/armada/queue.py SUBMITTER_VERBS), a FakeExecutor playing the build pods and a FakeBinoculars
     serving their logs (same `authorization`), all stopped afterwards."""
     from tests.registry_server import RegistryServer
 

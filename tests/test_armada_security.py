@@ -99,8 +99,10 @@ def test_every_expression_of_the_policy_compiles(rendered):
     policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
     expressions = [c["expression"] for c in policy["spec"]["matchConditions"]]
     expressions += [v["expression"] for v in policy["spec"]["validations"]]
-    # One more rule with a builds namespace: only the build queues' jobs run there (infra/builds.py).
-    assert len(expressions) == 4 + bool(rendered.of_type("cloudstation:builds:BuildsNamespace"))
+    # With a builds namespace: only the build queues' jobs run there, and (platform.builds.userNamespace)
+    # only in their own user namespace (infra/builds.py admission).
+    builds = bool(rendered.of_type("cloudstation:builds:BuildsNamespace"))
+    assert len(expressions) == 4 + builds + (builds and config_of(rendered).platform.builds.user_namespace)
     for expression in expressions:
         compile_cel(expression)
     with pytest.raises(celpy.CELParseError):  # the check can fail

@@ -20,7 +20,7 @@ import pytest
 from cloudstation_tools import render as render_module
 from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, _random_password
 from components.armada.auth import BUILDS_USER
-from components.armada.queue import OWNER_VERBS
+from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS
 from infra import builds, delivery
 from tests.builds_program import ENTITY_BUILD, STATEFUL_SERVICE, run
 from tests.conftest import ROOT, objects
@@ -118,16 +118,16 @@ def test_first_up_builds_every_entity_once_through_the_build_queues(cluster, fir
         assert job.item["namespace"] == cluster.namespace
 
 
-def test_the_build_user_may_submit_to_the_build_queues_and_nothing_else(cluster, first):
+def test_the_build_user_may_submit_cancel_and_watch_in_the_build_queues_and_nothing_else(cluster, first):
     build_queues = set(builds.build_queues(config_of(cluster.copy)))
     for name, queue in cluster.armada.queues.items():
         granted = [p for p in queue.get("permissions", []) if {"kind": "User", "name": BUILDS_USER} in p["subjects"]]
         assert BUILDS_USER not in queue.get("userOwners", [])
         if name in build_queues:
-            assert [p["verbs"] for p in granted] == [["submit"]], queue
+            assert [sorted(p["verbs"]) for p in granted] == [sorted(SUBMITTER_VERBS)], queue  # never preempt, reprioritize
         else:
             assert granted == [], queue
-    assert set(OWNER_VERBS) > {"submit"}
+    assert set(OWNER_VERBS) > set(SUBMITTER_VERBS)
 
 
 def test_images_output_keeps_its_format_and_names_the_pushed_digests(cluster, first):

@@ -248,7 +248,9 @@ def test_a_missing_tag_uploads_the_context_submits_one_job_and_reads_the_digest(
     with armada_with(succeeding(push), lookout_lag=1) as armada:
         props = props_for(context, registry.url, basic(registry), armada.url)
         result = EntityBuildProvider().create(props)
-        assert sent(armada, "/v1/job/submit") == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [props["jobItem"]]}]
+        # The item as rendered, with its deterministic clientId (one job per content: tests/test_build_fixes.py).
+        item = {**props["jobItem"], "clientId": entity_build.client_id(props)}
+        assert sent(armada, "/v1/job/submit") == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [item]}]
         (job_id,) = armada.jobs
         assert sent(armada, "/v1/job/status") and all(b == {"jobIds": [job_id]} for b in sent(armada, "/v1/job/status"))
     assert result.outs["digest"] == pushed["digest"] == registry.digest_of("shop/cart", props["contentTag"])

@@ -16,7 +16,7 @@ Who is who (each user only in its own group; Armada also puts everyone in `every
 | `admin` (people, armadactl) | server, binoculars | `armada-admins` | what `auth.permissionGroupMapping` grants (default: everything) |
 | `auth.users[*]` | server, binoculars | their `groups` | what the mapping grants those groups |
 | `cloudstation-queues` (`pulumi up`) | server | `cloudstation-queue-managers` | create_queue, delete_queue |
-| `cloudstation-builds` (`pulumi up`, `platform.builds.mode: armada`) | server | none | submit to the `<project>-builds` queues only (a queue permission, components/armada/queue.py) |
+| `cloudstation-builds` (`pulumi up`, `platform.builds.mode: armada`) | server | none | submit, cancel and watch in the `<project>-builds` queues only (a queue permission, components/armada/queue.py SUBMITTER_VERBS) |
 | `cloudstation-scheduler` | server; the other schedulers (more than one replica) | none | read queues; a non-leader asks the leader for scheduling reports (neither needs a permission) |
 | `cloudstation-server` | scheduler | none | scheduling reports (need no permission) |
 | `cloudstation-executor-<name>` | scheduler | `cloudstation-executors` | execute_jobs |
@@ -45,8 +45,9 @@ SCHEDULER_USER = "cloudstation-scheduler"
 QUEUES_USER = "cloudstation-queues"
 BUILDS_USER = "cloudstation-builds"
 """Who `pulumi up` submits build jobs as: no group, so no server permission; each build queue
-grants it the verb `submit` alone (Armada v0.22.7 internal/server/submit/submit.go `authorize`:
-`submit_any_jobs` or the queue's `submit` verb). Reading job status and errors needs no permission
+grants it the verbs `submit`, `cancel` (a build `pulumi up` gives up on) and `watch` (the job set's
+events) and nothing else (components/armada/queue.py SUBMITTER_VERBS; Armada v0.22.7
+internal/server/submit/submit.go `authorize`, event/event.go `validateUserHasWatchPermissions`). Reading job status and errors needs no permission
 (internal/server/queryapi/query_api.go checks none)."""
 AUTH_DIR = "/secrets"
 AUTH_FILE = "auth.yaml"

@@ -81,13 +81,14 @@ asked for (v0.22.7 internal/executor/util/kubernetes_object.go `CreatePodFromExe
 
 def job_policy_validations(
     job_namespaces: Sequence[str], job_service_account: str, build_namespace: Optional[str] = None,
-    build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
+    build_queues: Sequence[str] = (), build_labels: Sequence[str] = (), build_user_namespace: bool = False,
 ) -> list[dict]:
     """The rules: in a job namespace, as the designated service account, without platform labels.
     CEL against the admission request (`request`) and the object after mutating admission
     (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`). With a builds
     namespace: only jobs of the build queues run there (its pods may read the registry's push
-    credentials), and only they may carry `build_labels`."""
+    credentials), and only they may carry `build_labels`; with `build_user_namespace`, its pods must
+    run in their own user namespace (`hostUsers: false`)."""
     # A key whose prefix is the domain or a subdomain of it (core CEL `matches`, RE2 syntax).
     platform_label = f"k.matches('^([^/]*[.])?{PLATFORM_LABEL_DOMAIN.replace('.', '[.]')}/')"
     if build_namespace:
@@ -100,6 +101,21 @@ def job_policy_validations(
         "message": f"only jobs of the build queues ({', '.join(build_queues)}) run in the builds namespace {build_namespace}",
         "reason": "Forbidden",
     }]
+    if build_namespace and build_user_namespace:
+        # An API server whose UserNamespacesSupport gate is off drops `hostUsers` before validating
+        # admission runs (kubernetes pkg/api/pod/util.go dropDisabledFields, called by the strategy's
+        # PrepareForCreate in registry Store.Create ahead of createValidation): kaniko would then run
+        # as the node's root with its capabilities. Refuse the pod instead (platform.builds.userNamespace).
+        builds.append({
+            "expression": (
+                f"request.namespace != '{build_namespace}' || request.kind.kind != 'Pod' || "
+                "(has(object.spec.hostUsers) && object.spec.hostUsers == false)"
+            ),
+            "message": (f"build pods in {build_namespace} must run in their own user namespace (hostUsers: false; "
+                        "the API server drops it when its UserNamespacesSupport gate is off): enable user namespaces, "
+                        "or set platform.builds.userNamespace: false knowingly (docs/builds.md)"),
+            "reason": "Forbidden",
+        })
     return [
         {
             "expression": f"request.namespace in {cel_list(job_namespaces)}",
@@ -132,6 +148,7 @@ def job_policy_validations(
 def job_policy(
     executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str,
     build_namespace: Optional[str] = None, build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
+    build_user_namespace: bool = False,
 ) -> dict:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) on what the
     executors' service accounts create or change: pods, services, ingresses."""
@@ -151,7 +168,7 @@ def job_policy(
                 {"name": "an-armada-executor", "expression": f"request.userInfo.username in {cel_list(executor_users)}"},
             ],
             "validations": job_policy_validations(
-                job_namespaces, job_service_account, build_namespace, build_queues, build_labels
+                job_namespaces, job_service_account, build_namespace, build_queues, build_labels, build_user_namespace
             ),
         },
     }
@@ -226,6 +243,8 @@ class ClusterPrerequisitesArgs:
     build_queues: Sequence[str] = ()
     build_labels: Sequence[str] = ()
     """The platform labels build jobs carry (components/build_job.py), allowed in the builds namespace only."""
+    build_user_namespace: bool = False
+    """Build pods must set `hostUsers: false` (platform.builds.userNamespace)."""
 
 
 class ClusterPrerequisites(Component):
@@ -268,7 +287,7 @@ class ClusterPrerequisites(Component):
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-job-policy",
             **job_policy(args.executor_users, args.job_namespaces, args.job_service_account,
-                         args.build_namespace, args.build_queues, args.build_labels),
+                         args.build_namespace, args.build_queues, args.build_labels, args.build_user_namespace),
             opts=child,
         )
         self.resources.append(policy)

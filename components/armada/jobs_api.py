@@ -25,12 +25,13 @@ Shares the retry, timeout, size-cap and credential rules of components/armada/qu
 """
 from __future__ import annotations
 
+import email.utils
 import json
 import time
 import urllib.parse
 from typing import Optional, Union
 
-from components.armada.queue_api import ArmadaApiError, RestClient
+from components.armada.queue_api import ArmadaApiError, RestClient, _read
 
 JOB_STATES = (
     "QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "SUBMITTED", "LEASED", "PREEMPTED",
@@ -70,8 +71,20 @@ class JobsClient(RestClient):
     def submit(self, queue: str, job_set_id: str, items: list[dict]) -> list[str]:
         """POST /v1/job/submit; the job ids in item order. An item the server refused raises
         (sent once: a submission is not safe to repeat unless the connection was refused)."""
+        return self.submit_timed(queue, job_set_id, items)[0]
+
+    def submit_timed(self, queue: str, job_set_id: str, items: list[dict]) -> tuple[list[str], Optional[float]]:
+        """`submit`, with the answer's `Date` header as seconds since the epoch (None without
+        one): the server's clock, which also stamps new job ids (`job_id_time`)."""
         body = {"queue": queue, "jobSetId": job_set_id, "jobRequestItems": items}
-        answer = self._request("POST", "/v1/job/submit", body, resend=False)
+        dated: dict = {}
+
+        def read(response, deadline: float):
+            dated["date"] = response.headers.get("Date")
+            payload = _read(response, deadline)
+            return json.loads(payload) if payload.strip() else {}
+
+        answer = self._request("POST", "/v1/job/submit", body, resend=False, read=read)
         responses = answer.get("jobResponseItems") or [] if isinstance(answer, dict) else []
         url = self.base_url + "/v1/job/submit"
         if len(responses) != len(items):
@@ -79,7 +92,11 @@ class JobsClient(RestClient):
         refused = [r.get("error") for r in responses if r.get("error") or not r.get("jobId")]
         if refused:
             raise JobsApiError("POST", url, 200, "; ".join(e or "no job id returned" for e in refused))
-        return [r["jobId"] for r in responses]
+        try:
+            server_time = email.utils.parsedate_to_datetime(dated["date"]).timestamp() if dated.get("date") else None
+        except (TypeError, ValueError):
+            server_time = None
+        return [r["jobId"] for r in responses], server_time
 
     def status(self, job_ids: list[str]) -> dict[str, str]:
         """POST /v1/job/status: job id -> state name (`UNKNOWN` until lookout records the job)."""
@@ -143,6 +160,21 @@ class BinocularsClient(RestClient):
         answer = self._request("POST", "/v1/binoculars/log", body)
         lines = answer.get("log") or [] if isinstance(answer, dict) else []
         return [str(line.get("line", "")) for line in lines if isinstance(line, dict)]
+
+
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def job_id_time(job_id: str) -> Optional[float]:
+    """When the server created a job, from its id: Armada v0.22.7 job ids are lower-case ULIDs
+    (internal/common/util/uuid.go NewULID, the submit server's idGenerator), whose first 10
+    Crockford base-32 characters are the creation time in milliseconds. None for another form."""
+    if not isinstance(job_id, str) or len(job_id) != 26 or any(c not in _CROCKFORD for c in job_id.lower()):
+        return None
+    milliseconds = 0
+    for char in job_id.lower()[:10]:
+        milliseconds = milliseconds * 32 + _CROCKFORD.index(char)
+    return milliseconds / 1000
 
 
 def failure_reason(events: list[dict], job_id: str) -> Optional[str]:

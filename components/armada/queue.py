@@ -143,10 +143,18 @@ OWNER_VERBS = ("submit", "cancel", "preempt", "reprioritize", "watch")
 AllPermissionVerbs; queue.go NewQueue turns userOwners/groupOwners into one permission with all of them)."""
 
 
+SUBMITTER_VERBS = ("submit", "cancel", "watch")
+"""What a build queue's submitter may do, and no more (never preempt or reprioritize): submit its
+jobs, cancel them when `pulumi up` gives up waiting (v0.22.7 internal/server/submit/submit.go
+CancelJobs: `cancel_any_jobs` or the queue's `cancel` verb) and read the job set's events when
+lookout has no error text yet (internal/server/event/event.go validateUserHasWatchPermissions:
+`watch_all_events` or the queue's `watch` verb); submitting needs `submit` (submit.go `authorize`)."""
+
+
 def submit_permission(users: list[str]) -> dict:
-    """An apiQueue `permissions` entry letting `users` submit jobs and nothing else (v0.22.7
-    internal/server/submit/submit.go `authorize`: `submit_any_jobs` or the queue's `submit` verb)."""
-    return {"subjects": [{"kind": "User", "name": user} for user in sorted(users)], "verbs": ["submit"]}
+    """An apiQueue `permissions` entry letting `users` submit, cancel and watch jobs and nothing
+    else (SUBMITTER_VERBS)."""
+    return {"subjects": [{"kind": "User", "name": user} for user in sorted(users)], "verbs": list(SUBMITTER_VERBS)}
 
 
 def api_body(props: dict) -> dict:
@@ -252,8 +260,8 @@ def queue_props(
     args: QueueArgs, api: QueueApiSettings, password: Optional[pulumi.Input[str]] = None, submitters: tuple[str, ...] = ()
 ) -> dict:
     """The Queue resource's inputs: the apiQueue fields plus how to reach the API (with a
-    basic-auth header, kept secret in state, when `api.username` is set); `submitters` may submit
-    jobs to the queue and do nothing else there."""
+    basic-auth header, kept secret in state, when `api.username` is set); `submitters` may submit,
+    cancel and watch jobs of the queue and do nothing else there (SUBMITTER_VERBS)."""
     fields = args.model_dump(by_alias=True)
     if submitters:
         fields["permissions"] = [submit_permission(list(submitters))]
@@ -300,8 +308,8 @@ class QueuesArgs:
     password: Optional[pulumi.Input[str]] = None
     """Password of `api.username` (a secret Output)."""
     submitters: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Queue name -> users allowed to submit to it, and nothing else (the build user on the
-    `<project>-builds` queues)."""
+    """Queue name -> users allowed to submit, cancel and watch its jobs, and nothing else (the build
+    user on the `<project>-builds` queues; SUBMITTER_VERBS)."""
 
 
 class Queues(Component):
@@ -339,7 +347,8 @@ def queues_args(
 ) -> Optional[QueuesArgs]:
     """What `Queues` needs for this stack, or None when queues are not managed here.
     `default_login` (user, secret password) is used unless `queueApi.username` names another;
-    `build_user` may submit to every project's build queue (and do nothing else there)."""
+    `build_user` may submit, cancel and watch jobs in every project's build queue (SUBMITTER_VERBS,
+    nothing else there)."""
     api = config.platform.armada.queue_api
     if not api.enabled:
         return None
