@@ -57,7 +57,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components.component import Component
-from components.dynamic_provider import PROJECT_ROOT, load_provider
+from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
 
 CONTEXT_ANNOTATION = "cloudstation.io/build-context"
 IMAGE_ANNOTATION = "cloudstation.io/build-image"
@@ -482,8 +482,9 @@ def build_props(args: EntityBuildArgs) -> dict:
     return props
 
 
-class EntityBuildResource(dynamic.Resource, module="builds", name="EntityBuild"):
-    """The dynamic resource (type `pulumi-python:dynamic/builds:EntityBuild`)."""
+class EntityBuildResource(ProjectDynamicResource, module="builds", name="EntityBuild"):
+    """The dynamic resource (type `pulumi-python:dynamic/builds:EntityBuild`), registered as
+    `dynamic.Resource` registers it, its provider serialized once per process (components/dynamic_provider.py)."""
 
     # Attributes named as the outputs (dynamic resources translate no property names).
     digest: pulumi.Output[str]

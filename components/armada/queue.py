@@ -17,7 +17,7 @@ import pulumi.dynamic as dynamic
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.armada.queue_api import QueueClient, QueueExists
-from components.dynamic_provider import PROJECT_ROOT, load_provider
+from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 
@@ -282,8 +282,9 @@ def basic_auth(username: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
-class Queue(dynamic.Resource, module="armada", name="Queue"):
-    """An Armada queue (type `pulumi-python:dynamic/armada:Queue`); its id is the queue name."""
+class Queue(ProjectDynamicResource, module="armada", name="Queue"):
+    """An Armada queue (type `pulumi-python:dynamic/armada:Queue`); its id is the queue name. Registered
+    as `dynamic.Resource` registers it, its provider serialized once per process (components/dynamic_provider.py)."""
 
     name: pulumi.Output[str]
 
