@@ -98,7 +98,8 @@ class ProjectEnvironmentArgs:
     builds: Sequence[pulumi.Resource] = ()
     """Every image build of the project (infra/delivery.py): each StatefulService waits for all of
     them, not only its own image, so a failed build changes none of the project's entities (deploy
-    gating; the engine runs no step of a resource whose dependency failed)."""
+    gating; the engine runs no step of a resource whose dependency failed). Through one gate, the
+    ConfigMap `<project>-images` (`images_config_map`), not an edge per build and service."""
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -169,6 +170,20 @@ def stateful_service_spec(
             datastore["config"] = {"keyspace": keyspace}
         spec["datastore"] = datastore
     return spec
+
+
+IMAGES_KEY = "images"
+
+
+def images_config_map(project: str) -> str:
+    """The deploy gate's name: `<project>-images`, in the project's namespace."""
+    return f"{project}-images"
+
+
+def images_data(refs: Sequence[str]) -> dict:
+    """The gate's data: the digest-pinned image of every entity, one per line, in entity order. Only
+    references (`host/project/entity:tag@sha256:...`); one key, so no entity name becomes a key."""
+    return {IMAGES_KEY: "".join(f"{ref}\n" for ref in refs)}
 
 
 def entity_service_spec(service_name: str) -> dict:
@@ -281,10 +296,34 @@ class ProjectEnvironment(Component):
         store_endpoint = store.endpoint if store else None
         keyspace = store_key(args.project, args.environment)
 
+        # Deploy gating through one object: the gate waits for every build of the project and every
+        # StatefulService waits for the gate, 2n dependencies instead of n^2. The Python SDK checks
+        # each dependency for cycles by walking what it reaches (pulumi 3.272.0
+        # sdk/python/lib/pulumi/runtime/resource_cycle_breaker.py `declare_dependency`/`_reachable`),
+        # which per-build edges made quadratic in builds. A custom resource, not a component: a
+        # dependency on a local component is one on each of its children (runtime/rpc.py
+        # `_add_dependency`, from resource.py `_prepare_resource` and _depends_on.py). The SDK sends
+        # a registration once its dependencies' URNs resolve, and the engine answers one only when
+        # its step is done (pulumi/pulumi pkg/resource/deploy/source_eval.go resmon.RegisterResource,
+        # "block waiting for the operation to finish"), so a failed build leaves the gate and every
+        # StatefulService of its project unregistered, i.e. unchanged.
+        # Replacing the gate (new images; a named ConfigMap is deleted first) replaces no
+        # StatefulService: the engine replaces dependents of a delete-before-replace only through
+        # property dependencies (pulumi/pulumi pkg/resource/deploy/step_generator.go
+        # `calculateDependentReplacements`), and these only depend on it by `dependsOn`.
+        gate: list[pulumi.Resource] = []
+        if args.builds:
+            gate.append(k8s.core.v1.ConfigMap(
+                f"{name}-images",
+                metadata=kb.metadata(images_config_map(args.project), ns, component),
+                data=pulumi.Output.all(*[entity.image for entity in args.entities]).apply(images_data),
+                opts=self.child_opts(depends_on=list(args.builds)),
+            ))
+
         self.services: list[str] = []
         for entity in args.entities:
             waits = [*args.depends_on, operator_binding, pull_secret, account, binding,
-                     *(store.ready if store and entity.needs_store else []), *args.builds]
+                     *(store.ready if store and entity.needs_store else []), *gate]
             k8s.apiextensions.CustomResource(
                 f"{name}-{entity.service_name}",
                 api_version=crds.API_VERSION,

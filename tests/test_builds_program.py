@@ -225,6 +225,11 @@ def test_unreachable_armada_names_the_url(cluster, first):
 
 
 def test_builds_wait_for_their_queue_and_stateful_services_for_all_their_projects_builds(rendered_stacks):
+    """Deploy gating from the registered graph: every StatefulService of a project depends,
+    transitively, on every build of that project and on no build of another project (the SDK sends a
+    registration only once its dependencies are done: components/project_environment.py). Through
+    the project's gate (ConfigMap `<project>-images`): directly, a StatefulService depends on no
+    build but its own image's, so the edges stay linear in the entities (render cost)."""
     rendered = rendered_stacks[STACK]
     by_urn = {r.urn: r for r in rendered.registrations}
     builds_of: dict[str, set[str]] = {}
@@ -237,12 +242,28 @@ def test_builds_wait_for_their_queue_and_stateful_services_for_all_their_project
         assert waits, build.name
     config = config_of(ROOT)
     assert set(builds_of) == {p.name for p in config.projects} | {delivery.PLATFORM_PROJECT}
+    every_build = set().union(*builds_of.values())
+
+    def reached(urn: str) -> set[str]:
+        seen, todo = set(), [urn]
+        while todo:
+            for dependency in by_urn[todo.pop()].dependencies:
+                if dependency not in seen and dependency in by_urn:
+                    seen.add(dependency)
+                    todo.append(dependency)
+        return seen
+
     for project, urns in builds_of.items():
         names = {service_name(p, e) for p, e in entities(ROOT) if p == project}
         services = [r for r in rendered.of_type(STATEFUL_SERVICE) if r.inputs["metadata"]["name"] in names]
         assert len(services) == len(names)
         for service in services:
-            assert urns <= set(service.dependencies), service.name
+            upstream = reached(service.urn)
+            assert urns <= upstream, (service.name, sorted(urns - upstream))
+            assert not (upstream & every_build) - urns, (service.name, sorted((upstream & every_build) - urns))
+            own = [d for d in service.dependencies if d in every_build]
+            assert len(own) <= 1 and all(by_urn[d].inputs["repository"] in json.dumps(service.inputs) for d in own), \
+                (service.name, own)
 
 
 def test_local_mode_builds_with_docker_as_before_and_prod_builds_nothing(rendered_stacks):

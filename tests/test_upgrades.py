@@ -127,13 +127,16 @@ def expected_changes(before: engine.Graph, group: str) -> dict[str, set[str]]:
             found.setdefault("unclassified", set()).add(resource.urn)
     # An in-cluster build the pin feeds is built again (its `builder` is a rebuild key, a generated
     # Dockerfile changes the content tag: components/entity_build.py), under a new digest, so each
-    # StatefulService deploying that image updates.
+    # StatefulService deploying that image updates, and its project's deploy gate, the ConfigMap
+    # listing the project's images (components/project_environment.py), changes as ConfigMaps do.
     for build in before.resources:
         if build.type == "pulumi-python:dynamic/builds:EntityBuild" and build.urn in found["other"]:
             image = f"{build.inputs['pullHost']}/{build.inputs['repository']}:{build.inputs['contentTag']}@"
             for resource in before.resources:
                 if resource.is_object and resource.kind == "StatefulService" and image in json.dumps(resource.inputs):
                     found["update"].add(resource.urn)
+                elif resource.is_object and resource.kind == "ConfigMap" and image in json.dumps(resource.inputs.get("data")):
+                    found["update" if mutable_config and resource.inputs.get("immutable") is not True else "replace"].add(resource.urn)
     return found
 
 
