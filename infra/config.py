@@ -419,19 +419,6 @@ class PlatformConfig(ConfigModel):
         return self
 
     @model_validator(mode="after")
-    def _armada_only_when_owner(self) -> "PlatformConfig":
-        # An Armada executor tracks every Armada job pod of the cluster, in all namespaces, and
-        # deletes those its scheduler does not know (docs/armada.md, "One Armada per cluster").
-        if self.armada.enabled and not self.owns_cluster_resources:
-            raise problem(
-                "one Armada per cluster: its executors delete the pods of any other Armada's jobs in the "
-                "cluster; the stack that owns the cluster's resources runs it — set armada.enabled: false "
-                "here, or give this stack its own cluster (ownsClusterResources: true)",
-                ".armada.enabled",
-                True,
-            )
-        return self
-    @model_validator(mode="after")
     def _builds_can_pull(self, info: ValidationInfo) -> "PlatformConfig":
         # Build pods reach only DNS, the registry and what the stack declares (components/builds_namespace.py):
         # with nothing declared, every build would fail after minutes on a real cluster. Checked for a
@@ -444,6 +431,19 @@ class PlatformConfig(ConfigModel):
             raise problem(reason, ".builds.publicEgress.enabled", False)
         return self
 
+    @model_validator(mode="after")
+    def _armada_only_when_owner(self) -> "PlatformConfig":
+        # An Armada executor tracks every Armada job pod of the cluster, in all namespaces, and
+        # deletes those its scheduler does not know (docs/armada.md, "One Armada per cluster").
+        if self.armada.enabled and not self.owns_cluster_resources:
+            raise problem(
+                "one Armada per cluster: its executors delete the pods of any other Armada's jobs in the "
+                "cluster; the stack that owns the cluster's resources runs it — set armada.enabled: false "
+                "here, or give this stack its own cluster (ownsClusterResources: true)",
+                ".armada.enabled",
+                True,
+            )
+        return self
 
 
 WORKER_UNUSED_PLATFORM_KEYS = (
