@@ -51,15 +51,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     if armada.mode == "executor-only":
         return deploy_worker(stack)
     mirror = config.platform.image_mirror
-    namespace = Namespace("armada", NamespaceArgs(name=armada.namespace), stack.opts)
-    job_namespaces = [
-        Namespace(
-            f"armada-jobs-{name}",
-            NamespaceArgs(name=name, pod_security=armada.job_namespace_pod_security),
-            stack.opts,
-        )
-        for name in armada.job_namespaces
-    ]
+    namespace, job_namespaces = _namespaces(stack)
     # The builds namespace (infra/builds.py) is one more job namespace: the executors' RoleBindings
     # and the admission policy cover it; BuildsNamespace creates it with the builder's Pod Security level.
     builds_namespace = builds.namespace(stack, stack.opts)
@@ -218,14 +210,9 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
     }
 
 
-def deploy_worker(stack: "StackContext") -> dict[str, pulumi.Output]:
-    """An executor-only stack (a worker cluster): the executor, its job namespaces and the
-    cluster prerequisites it needs (PriorityClasses: the job pods name them, and the API server
-    refuses a pod whose class does not exist; its roles and admission policy). Its scheduler is
-    the main stack's, reached over TLS at `remoteScheduler.address`; no store, server or queue."""
-    config = stack.config
-    armada = config.platform.armada
-    remote = armada.remote_scheduler
+def _namespaces(stack: "StackContext") -> tuple[Namespace, list[Namespace]]:
+    """Armada's own namespace and the namespaces its jobs run in (full and executor-only stacks)."""
+    armada = stack.config.platform.armada
     namespace = Namespace("armada", NamespaceArgs(name=armada.namespace), stack.opts)
     job_namespaces = [
         Namespace(
@@ -235,6 +222,18 @@ def deploy_worker(stack: "StackContext") -> dict[str, pulumi.Output]:
         )
         for name in armada.job_namespaces
     ]
+    return namespace, job_namespaces
+
+
+def deploy_worker(stack: "StackContext") -> dict[str, pulumi.Output]:
+    """An executor-only stack (a worker cluster): the executor, its job namespaces and the
+    cluster prerequisites it needs (PriorityClasses: the job pods name them, and the API server
+    refuses a pod whose class does not exist; its roles and admission policy). Its scheduler is
+    the main stack's, reached over TLS at `remoteScheduler.address`; no store, server or queue."""
+    config = stack.config
+    armada = config.platform.armada
+    remote = armada.remote_scheduler
+    namespace, job_namespaces = _namespaces(stack)
     opts = pulumi.ResourceOptions(provider=stack.provider, depends_on=[namespace])
     endpoints = Endpoints(
         namespace=armada.namespace,

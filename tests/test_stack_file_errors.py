@@ -299,6 +299,10 @@ def test_one_promotion_makes_prod_valid_and_a_placeholder_digest_is_refused(tmp_
 
 @pytest.fixture
 def engine(monkeypatch):
+    return engine_start(monkeypatch)
+
+
+def engine_start(monkeypatch) -> Callable[[str, render.StackFile], ProgramMocks]:
     """Run the program (or read its config) with a stack file's config passed as the engine does:
     PULUMI_CONFIG, and PULUMI_CONFIG_SECRET_KEYS, which the Python language host always sets (`[]`
     when there is no secret: pulumi/pulumi sdk/python/cmd/pulumi-language-python/main.go

@@ -29,13 +29,10 @@ import functools
 import json
 import re
 
-import pulumi
-import pulumi.runtime.settings
 import pytest
 import yaml
 
 from cloudstation_tools import engine, render
-from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
 from components import postgres as postgres_component
 from infra import config as stack_config
 from infra import delivery, store_versions, versions
@@ -43,7 +40,7 @@ from tests import armada_variants, cloudstate_variants, promoted
 from tests.conftest import ROOT
 from tests.test_backups import S3_SETTINGS
 from tests.test_engine_replacements import GROUPS, STACK_RENDERERS, VERSION_CONSTANTS, deployed, renders  # noqa: F401
-from tests.test_stack_file_errors import _refused_before_any_resource
+from tests.test_stack_file_errors import _refused_before_any_resource, engine_start
 
 DOC = ROOT / "docs" / "upgrades.md"
 EVERY_PIN = "every-pin"
@@ -409,20 +406,8 @@ def _stack_file(store: str) -> render.StackFile:
 
 @pytest.fixture
 def program_engine(monkeypatch):
-    """The program run as the engine runs it (tests/test_stack_file_errors.py `engine`): config
-    from PULUMI_CONFIG, fresh mocks."""
-
-    def start(stack: str, stack_file: render.StackFile) -> ProgramMocks:
-        mocks = ProgramMocks()
-        pulumi.runtime.settings.ROOT.set(None)
-        pulumi.runtime.set_mocks(mocks, project="cloudstation", stack=stack, preview=False,
-                                 monitor=RecordingMonitor(mocks))
-        pulumi.runtime.set_all_config({}, [])
-        monkeypatch.setenv("PULUMI_CONFIG", json.dumps(stack_file.values))
-        monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", json.dumps(stack_file.secret_keys))
-        return mocks
-
-    return start
+    """The program run as the engine runs it (tests/test_stack_file_errors.py `engine_start`)."""
+    return engine_start(monkeypatch)
 
 
 @pytest.mark.parametrize("store", sorted(store_versions.STORES))
