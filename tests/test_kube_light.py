@@ -17,8 +17,13 @@ from tests import cloudstate_variants, promoted
 
 
 class RequestMonitor(RecordingMonitor):
-    """Keeps every RegisterResourceRequest as bytes, the set-valued fields sorted (the SDK builds
-    them from Python sets, whose order carries no meaning)."""
+    """Keeps every RegisterResourceRequest and ReadResourceRequest as bytes, the set-valued fields
+    sorted: the SDK builds `dependencies` (both requests) and each propertyDependencies entry from
+    Python sets (pulumi 3.272.0 sdk/python/lib/pulumi/runtime/resource.py `prepare_resource`), and a
+    dependency on a local component is one on each of its children, walked from
+    `Resource._childResources`, a set of objects hashed by address (runtime/rpc.py
+    `_add_dependency`): their order changes from run to run even through the generated classes, and
+    carries no meaning."""
 
     def __init__(self, mocks: ProgramMocks):
         super().__init__(mocks)
@@ -26,27 +31,28 @@ class RequestMonitor(RecordingMonitor):
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
-        copy = type(request)()
-        copy.CopyFrom(request)
-        dependencies = sorted(copy.dependencies)
-        del copy.dependencies[:]
-        copy.dependencies.extend(dependencies)
-        for entry in copy.propertyDependencies.values():
-            urns = sorted(entry.urns)
-            del entry.urns[:]
-            entry.urns.extend(urns)
-        key = (request.type, request.name, request.parent)
-        assert key not in self.requests, key
-        self.requests[key] = copy.SerializeToString(deterministic=True)
+        self._keep((request.type, request.name, request.parent), request)
         return response
 
     def ReadResource(self, request):
         # `Kind.get` of an existing object (external stores' credentials) is pulumi-kubernetes' own.
         response = super().ReadResource(request)
-        key = ("read " + request.type, request.name, request.parent)
-        assert key not in self.requests, key
-        self.requests[key] = request.SerializeToString(deterministic=True)
+        self._keep(("read " + request.type, request.name, request.parent), request)
         return response
+
+    def _keep(self, key, request):
+        copy = type(request)()
+        copy.CopyFrom(request)
+        dependencies = sorted(copy.dependencies)
+        del copy.dependencies[:]
+        copy.dependencies.extend(dependencies)
+        if hasattr(copy, "propertyDependencies"):  # RegisterResourceRequest only
+            for entry in copy.propertyDependencies.values():
+                urns = sorted(entry.urns)
+                del entry.urns[:]
+                entry.urns.extend(urns)
+        assert key not in self.requests, key
+        self.requests[key] = copy.SerializeToString(deterministic=True)
 
 
 @pytest.fixture
@@ -185,6 +191,26 @@ def test_only_a_snake_case_field_name_would_differ(both_ways):
         requests = both_ways(program, upstream)
         sent[upstream] = decoded(requests[("kubernetes:rbac.authorization.k8s.io/v1:Role", "r", "urn:pulumi:unit::light::pulumi:pulumi:Stack::light-unit")])["object"]["rules"]
     assert sent == {True: [{"resourceNames": ["x"], "verbs": ["get"]}], False: [{"resource_names": ["x"], "verbs": ["get"]}]}
+
+
+def test_the_monitor_ignores_only_the_order_of_dependencies():
+    """Both requests' dependency URNs come from sets (RequestMonitor): their order is dropped,
+    nothing else, so a different set still fails the comparisons above."""
+    from pulumi.runtime.proto import resource_pb2
+
+    urns = resource_pb2.RegisterResourceRequest.PropertyDependencies
+    kept = []
+    for kind, extra in ((resource_pb2.ReadResourceRequest, {}),
+                        (resource_pb2.RegisterResourceRequest, {"propertyDependencies": {"p": urns(urns=["a", "b"])}}),
+                        (resource_pb2.RegisterResourceRequest, {"propertyDependencies": {"p": urns(urns=["b", "a"])}})):
+        for dependencies in (["u:b", "u:a"], ["u:a", "u:b"], ["u:a"]):
+            monitor = RequestMonitor(ProgramMocks())
+            monitor._keep(("t", "n", "p"), kind(type="t", name="n", dependencies=dependencies, **extra))
+            kept.append(monitor.requests[("t", "n", "p")])
+    for group in (kept[0:3], kept[3:6], kept[6:9]):
+        assert group[0] == group[1] != group[2]
+    assert kept[3:6] == kept[6:9]
+    assert resource_pb2.ReadResourceRequest.FromString(kept[0]).dependencies == ["u:a", "u:b"]
 
 
 def test_unknown_inputs_are_refused():
