@@ -143,7 +143,8 @@ class BuildsNamespace(Component):
         self.policies = [egress, ingress]
         """What build pods need before their first connection (a job waits for them: default-deny
         would refuse a first attempt)."""
-        self.ready: list[pulumi.Resource] = [namespace, egress, ingress, secret]
-        """Everything a build job needs in place before it is submitted."""
+        self.ready: list[pulumi.Resource] = [namespace.resource, *namespace.policies, egress, ingress, secret]
+        """Everything a build job needs in place before it is submitted: custom resources, not the
+        Namespace component, whose dependants the SDK would give an edge per child."""
         self.register_outputs({"namespace": self.namespace, "secretName": self.secret_name,
                                "podSecurity": self.pod_security})

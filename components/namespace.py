@@ -50,8 +50,10 @@ class Namespace(Component):
         self.resource = namespace
         self.name: pulumi.Output[str] = namespace.metadata.name
         # Reading the name from the namespace makes the policies wait for it.
-        k8s.networking.v1.NetworkPolicy(
-            f"{name}-default-deny", **network.default_deny(self.name), opts=self.child_opts()
-        )
-        k8s.networking.v1.NetworkPolicy(f"{name}-allow-dns", **network.allow_dns(self.name), opts=self.child_opts())
+        self.policies: list[pulumi.Resource] = [
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-default-deny", **network.default_deny(self.name), opts=self.child_opts()
+            ),
+            k8s.networking.v1.NetworkPolicy(f"{name}-allow-dns", **network.allow_dns(self.name), opts=self.child_opts()),
+        ]
         self.register_outputs({"name": self.name})

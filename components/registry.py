@@ -437,7 +437,7 @@ class Registry(Component):
             # is destroyed or the registry removed.
             opts=self.child_opts(retain_on_delete=True),
         )
-        k8s.apps.v1.Deployment(
+        deployment = k8s.apps.v1.Deployment(
             f"{name}-deploy",
             metadata=kube.metadata(name, args.namespace, "registry"),
             spec=deployment_spec(name, args.image, config, args.metrics),
@@ -449,7 +449,7 @@ class Registry(Component):
             spec=service_spec(name, config),
             opts=child,
         )
-        k8s.networking.v1.NetworkPolicy(
+        policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol",
             metadata=kube.metadata(name, args.namespace, "registry"),
             spec=network_policy_spec(name, config, args.client_namespaces),
@@ -466,6 +466,9 @@ class Registry(Component):
                 opts=self.child_opts(depends_on=[service]),
             )
         self.service: pulumi.Output[str] = service.metadata.name
+        self.serving: list[pulumi.Resource] = [deployment, service, policy]
+        """The custom resources an in-cluster client (a build job) waits for: depending on these,
+        not on the component, keeps a dependant's edges few (infra/builds.py `armada_builds`)."""
         self.username: str = config.username
         self.password: pulumi.Output[str] = pulumi.Output.secret(password.result)
         self.register_outputs({"service": self.service, "password": self.password})

@@ -102,7 +102,9 @@ class ArmadaBuilds:
     """Basic auth of the build user (secret)."""
     namespace: BuildsNamespace
     waits: dict[str, list[pulumi.Resource]] = field(default_factory=dict)
-    """Project -> what its builds wait for: its build queue, the executors, the builds namespace."""
+    """Project -> what its builds wait for (custom resources only, see `armada_builds`): its build
+    queue, each executor's Deployment and RoleBinding in the builds namespace, the builds
+    namespace with its policies and Secret."""
     binoculars_url: str = ""
     """Binoculars' REST URL, for a failed build's pod log ("" without one)."""
 
@@ -125,10 +127,23 @@ def admission(config: StackConfig) -> dict:
 
 def armada_builds(config: StackConfig, auth, builds_namespace: BuildsNamespace, queues, executors) -> ArmadaBuilds:
     """What infra/armada.py hands over: the build user's login, and per project its queue, the
-    executors (nothing runs a job before one is up) and the builds namespace to wait for."""
+    executors (nothing runs a job before one is up) and the builds namespace to wait for.
+
+    Named custom resources, not the components: the SDK turns a dependency on a local component
+    into one on each of its children (pulumi sdk/python/lib/pulumi/runtime/rpc.py
+    `_add_dependency`), each checked for a cycle by a walk of its whole upstream graph
+    (runtime/resource_cycle_breaker.py `declare_dependency`), ~25 edges per build before. The
+    guarantee is unchanged: the engine runs no step before the steps of its dependencies are done,
+    so a build still starts after each of these exists (tests/test_builds_program.py checks it on
+    the registered graph)."""
     binoculars = config.platform.armada.binoculars
+    shared = [
+        *(executor.deployment for executor in executors),
+        *(executor.job_bindings[config.platform.builds_namespace] for executor in executors),
+        *builds_namespace.ready,
+    ]
     waits = {
-        name: [queues.by_name[project_queue_name(name)], *executors, builds_namespace]
+        name: [queues.by_name[project_queue_name(name)], *shared]
         for name in [*(p.name for p in config.projects), PLATFORM_BUILDS]
     }
     return ArmadaBuilds(
@@ -203,7 +218,9 @@ def entity_build(
             poll_seconds=POLL_SECONDS,
             binoculars_url=armada.binoculars_url,
         ),
-        pulumi.ResourceOptions(depends_on=[*armada.waits.get(project, []), *([access.registry] if access.registry else [])]),
+        # The registry's Deployment, Service and policy, not the component (see `armada_builds`).
+        pulumi.ResourceOptions(depends_on=[*armada.waits.get(project, []),
+                                           *(access.registry.serving if access.registry else [])]),
     )
 
 

@@ -266,6 +266,69 @@ def test_builds_wait_for_their_queue_and_stateful_services_for_all_their_project
                 (service.name, own)
 
 
+
+def test_every_build_waits_for_its_queue_the_executors_the_builds_namespace_and_the_registry(rendered_stacks):
+    """On the registered graph (the engine starts a resource's step only once its dependencies'
+    are done), every EntityBuild depends, transitively, on its project's build queue, every
+    executor's Deployment and its RoleBinding in the builds namespace, the builds namespace with
+    its Secret and NetworkPolicies, and the registry's Deployment. Directly, it depends on named
+    custom resources only, never on a whole component's children (a dependency on a local
+    component is one on each child, pulumi runtime/rpc.py `_add_dependency`; infra/builds.py
+    `armada_builds`): its direct edges do not depend on the other entities."""
+    rendered = rendered_stacks[STACK]
+    config = config_of(ROOT)
+    by_urn = {r.urn: r for r in rendered.registrations}
+
+    def kind(r) -> str:
+        """A custom resource's kind (`Deployment`, `EntityBuild`); "" for a component."""
+        return r.type.rsplit(":", 1)[-1] if r.custom else ""
+
+    def in_namespace(r, namespace: str) -> bool:
+        return r.custom and (r.inputs.get("metadata") or {}).get("namespace") == namespace
+
+    builds_ns = config.platform.builds_namespace
+    executor_urns = {r.urn for r in rendered.registrations if r.type == "cloudstation:armada:Executor"}
+    deployments = [r for r in rendered.registrations if kind(r) == "Deployment" and r.parent in executor_urns]
+    bindings = [r for r in rendered.registrations if kind(r) == "RoleBinding" and r.parent in executor_urns
+                and in_namespace(r, builds_ns)]
+    namespace = [r for r in rendered.registrations if kind(r) == "Namespace"
+                 and r.inputs["metadata"]["name"] == builds_ns]
+    secrets = [r for r in rendered.registrations if kind(r) == "Secret" and in_namespace(r, builds_ns)]
+    policies = [r for r in rendered.registrations if kind(r) == "NetworkPolicy" and in_namespace(r, builds_ns)]
+    registry = [r for r in rendered.registrations if kind(r) == "Deployment" and in_namespace(r, config.platform.namespace)
+                and r.inputs["metadata"]["name"] == delivery.REGISTRY_NAME]
+    # One of each per executor (from the stack file), one namespace, its Secret, its policies, one registry.
+    assert len(deployments) == len(bindings) == len(config.platform.armada.executors) >= 1
+    assert len(namespace) == len(secrets) == len(registry) == 1 and len(policies) >= 4
+    shared = {r.urn for r in [*deployments, *bindings, *namespace, *secrets, *policies, *registry]}
+    queues = {r.inputs["name"]: r.urn for r in rendered.of_type("pulumi-python:dynamic/armada:Queue")}
+
+    def reached(urn: str) -> set[str]:
+        seen, todo = set(), [urn]
+        while todo:
+            for dependency in by_urn[todo.pop()].dependencies:
+                if dependency not in seen and dependency in by_urn:
+                    seen.add(dependency)
+                    todo.append(dependency)
+        return seen
+
+    builds_seen = rendered.of_type(ENTITY_BUILD)
+    assert len(builds_seen) == len(entities(ROOT))
+    direct_counts = set()
+    for build in builds_seen:
+        queue = queues[build.inputs["queue"]]
+        upstream = reached(build.urn)
+        missing = ({queue} | shared) - upstream
+        assert not missing, (build.name, sorted(by_urn[u].name for u in missing))
+        # Directly: named custom resources only (a component's other children, e.g. the executor's
+        # ConfigMap or the registry's PVC, mean a component was depended on) and no other build.
+        extra = {by_urn[d].name for d in build.dependencies if d in by_urn and kind(by_urn[d]) in
+                 ("ConfigMap", "ServiceAccount", "ClusterRoleBinding", "PersistentVolumeClaim", "EntityBuild")}
+        assert not extra, (build.name, sorted(extra))
+        direct_counts.add(len(build.dependencies))
+    assert len(direct_counts) == 1, direct_counts  # the same few edges for every build, whatever the project
+
+
 def test_local_mode_builds_with_docker_as_before_and_prod_builds_nothing(rendered_stacks):
     stack_file = render_module.StackFile.read(STACK, ROOT)
     platform = json.loads(stack_file.values["cloudstation:platform"])

@@ -56,6 +56,8 @@ class ArmadaService(Component):
         super().__init__(type_, name, None, opts)
         self.service_name: Optional[pulumi.Output[str]] = None
         self.migration: Optional[k8s.batch.v1.Job] = None
+        self.job_bindings: dict[str, pulumi.Resource] = {}
+        """Job namespace -> the RoleBinding that lets this service work there (`_bind_in_job_namespaces`)."""
 
     def _bind_cluster_role(self, name: str, role: str, spec: ServiceSpec, namespace: str) -> None:
         """Grants the shared ClusterRole `role` to the service's ServiceAccount in `namespace`."""
@@ -72,7 +74,7 @@ class ArmadaService(Component):
         only; after `args.start_after`, which holds the job namespaces."""
         namespace = args.endpoints.namespace
         for job_namespace in args.config.job_namespaces:
-            k8s.rbac.v1.RoleBinding(
+            self.job_bindings[job_namespace] = k8s.rbac.v1.RoleBinding(
                 f"{name}-{job_namespace}-binding",
                 **role_binding(binding_name(namespace, spec.name), job_namespace, role, spec.name, namespace),
                 opts=self.child_opts(depends_on=list(args.start_after)),
