@@ -35,7 +35,7 @@ absolutely)."""
 BASH = shutil.which("bash")
 
 KUBECTL = r"""#!{bash}
-{{ printf 'kubectl'; for a in "$@"; do printf ' %q' "$a"; done; echo; }} >> "$FAKE_LOG"
+line=kubectl; for a in "$@"; do printf -v q ' %q' "$a"; line+="$q"; done; printf '%s\n' "$line" >> "$FAKE_LOG"
 context=""; prev=""
 for a in "$@"; do [ "$prev" = --context ] && context="$a"; prev="$a"; done
 if [ -n "$context" ] && [[ " $FAKE_KNOWN_CONTEXTS " != *" $context "* ]]; then
@@ -57,7 +57,7 @@ esac
 """
 
 PULUMI = r"""#!{bash}
-{{ printf 'pulumi'; for a in "$@"; do printf ' %q' "$a"; done; echo; }} >> "$FAKE_LOG"
+line=pulumi; for a in "$@"; do printf -v q ' %q' "$a"; line+="$q"; done; printf '%s\n' "$line" >> "$FAKE_LOG"
 case "$1" in
   version) echo v3.272.0 ;;
   stack) exit 0 ;;
@@ -74,7 +74,7 @@ esac
 """
 
 DOCKER = r"""#!{bash}
-{{ printf 'docker'; for a in "$@"; do printf ' %q' "$a"; done; echo; }} >> "$FAKE_LOG"
+line=docker; for a in "$@"; do printf -v q ' %q' "$a"; line+="$q"; done; printf '%s\n' "$line" >> "$FAKE_LOG"
 case "$1" in
   info)
     [ "$FAKE_DOCKER_DOWN" = 1 ] && {{ echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1; }}
