@@ -59,8 +59,8 @@ class RegistryAccess:
     """Path between the host and `<project>/<entity>` (external registries only)."""
     username: pulumi.Input[str] = ""
     password: Optional[pulumi.Output[str]] = None
-    registry: Optional[pulumi.Resource] = None
-    """The managed registry, which pushes wait for; None for an external registry."""
+    registry: Optional[Registry] = None
+    """The managed registry, which pushes and builds wait for (`serving`); None for an external registry."""
 
     def repository(self, project: str, entity: str) -> str:
         return "/".join(part for part in (self.repository_prefix, project, entity) if part)
