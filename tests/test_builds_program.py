@@ -26,6 +26,7 @@ from tests.builds_program import ENTITY_BUILD, STATEFUL_SERVICE, run
 from tests.conftest import ROOT, objects
 from tests.fake_armada import FakeArmada
 from tests.fake_executor import FakeExecutor
+from tests.test_job_network_order import created_before
 from tests.registry_server import RegistryServer
 from tests.test_user_copy import copy_repository
 
@@ -244,21 +245,12 @@ def test_builds_wait_for_their_queue_and_stateful_services_for_all_their_project
     assert set(builds_of) == {p.name for p in config.projects} | {delivery.PLATFORM_PROJECT}
     every_build = set().union(*builds_of.values())
 
-    def reached(urn: str) -> set[str]:
-        seen, todo = set(), [urn]
-        while todo:
-            for dependency in by_urn[todo.pop()].dependencies:
-                if dependency not in seen and dependency in by_urn:
-                    seen.add(dependency)
-                    todo.append(dependency)
-        return seen
-
     for project, urns in builds_of.items():
         names = {service_name(p, e) for p, e in entities(ROOT) if p == project}
         services = [r for r in rendered.of_type(STATEFUL_SERVICE) if r.inputs["metadata"]["name"] in names]
         assert len(services) == len(names)
         for service in services:
-            upstream = reached(service.urn)
+            upstream = created_before(rendered, service)
             assert urns <= upstream, (service.name, sorted(urns - upstream))
             assert not (upstream & every_build) - urns, (service.name, sorted((upstream & every_build) - urns))
             own = [d for d in service.dependencies if d in every_build]
@@ -303,21 +295,12 @@ def test_every_build_waits_for_its_queue_the_executors_the_builds_namespace_and_
     shared = {r.urn for r in [*deployments, *bindings, *namespace, *secrets, *policies, *registry]}
     queues = {r.inputs["name"]: r.urn for r in rendered.of_type("pulumi-python:dynamic/armada:Queue")}
 
-    def reached(urn: str) -> set[str]:
-        seen, todo = set(), [urn]
-        while todo:
-            for dependency in by_urn[todo.pop()].dependencies:
-                if dependency not in seen and dependency in by_urn:
-                    seen.add(dependency)
-                    todo.append(dependency)
-        return seen
-
     builds_seen = rendered.of_type(ENTITY_BUILD)
     assert len(builds_seen) == len(entities(ROOT))
     direct_counts = set()
     for build in builds_seen:
         queue = queues[build.inputs["queue"]]
-        upstream = reached(build.urn)
+        upstream = created_before(rendered, build)
         missing = ({queue} | shared) - upstream
         assert not missing, (build.name, sorted(by_urn[u].name for u in missing))
         # Directly: named custom resources only (a component's other children, e.g. the executor's
