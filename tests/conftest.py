@@ -122,3 +122,25 @@ def spec_violations(name: str, spec: dict) -> list[str]:
 def standard_violations(objects: list[dict]) -> list[str]:
     """What `WORKLOAD_CHECKS` find wrong in every workload among `objects`."""
     return [p for name, spec in checks.workloads(objects) for p in spec_violations(name, spec)]
+
+
+def create_in_provider_process(serialized: str, props: dict) -> dict:
+    """`create` of a pickled dynamic provider, run as Pulumi's dynamic-provider process runs it: a
+    fresh interpreter started in the program's directory (infra/), where `components` is not
+    importable (components/dynamic_provider.py). Returns {"id": ..., "outs": ...}."""
+    import json
+    import os
+    import subprocess
+
+    script = (
+        "import base64, json, sys, dill\n"
+        "assert 'components' not in sys.modules\n"
+        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
+        "result = provider.create(json.loads(sys.argv[2]))\n"
+        "print(json.dumps({'id': result.id, 'outs': result.outs}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script, serialized, json.dumps(props)],
+                            cwd=ROOT / "infra", env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

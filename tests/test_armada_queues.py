@@ -3,9 +3,6 @@ server's queue API (tests/fake_armada.py), the config rules, and the resources u
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pulumi
 import pytest
@@ -20,7 +17,7 @@ from components.armada.queue_api import QueueApiError, QueueClient, QueueExists
 from infra import config as stack_config
 from cloudstation_tools.mocks import is_wrapped_secret
 from tests.armada_variants import config_of
-from tests.conftest import ROOT
+from tests.conftest import create_in_provider_process
 from tests.fake_armada import FakeArmada
 
 ENTITY = {"name": "cart", "kind": "action", "language": "javascript", "source": "entities/shop/cart"}
@@ -189,19 +186,7 @@ def test_provider_survives_pulumi_serialization(armada):
     starts in the program's directory (infra/) where `components` is not importable."""
     serialized = serialize_provider(QueueProvider())
     assert serialized == serialize_provider(QueueProvider())  # deterministic: no spurious diffs
-    script = (
-        "import base64, json, sys, dill\n"
-        "assert 'components' not in sys.modules\n"
-        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
-        "print(provider.create(json.loads(sys.argv[2])).id)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-c", script, serialized, json.dumps(props(armada))],
-        cwd=ROOT / "infra", env=env, capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "research" and "research" in armada.queues
+    assert create_in_provider_process(serialized, props(armada))["id"] == "research" and "research" in armada.queues
 
 
 def test_provider_authenticates_with_basic_auth_when_configured(armada):

@@ -9,8 +9,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Callable, Optional
@@ -23,10 +21,10 @@ from components.armada.jobs_api import JOB_STATES, JobsApiError, JobsClient, sta
 from components.entity_build import BuildFailed, EntityBuildProvider
 from components.entity_image import content_tag, context_files
 from components.registry_api import Credentials
+from tests.conftest import create_in_provider_process
 from tests.fake_armada import FakeArmada
 from tests.registry_server import CountingProxy, ScriptedServer, build_oci_image, free_port, registry  # noqa: F401 (fixture)
 
-ROOT = Path(__file__).resolve().parent.parent
 ARMADA_AUTH = "Basic " + base64.b64encode(b"cloudstation-builds:armada-pw").decode()
 DOCKERFILE_TEXT = "FROM node:20\nCOPY . .\nRUN node --test\n"
 QUEUE, JOB_SET = "shop-builds", "shop-test"
@@ -440,17 +438,7 @@ def test_the_provider_survives_pulumi_serialization_and_runs_from_infra(registry
     context = make_context(tmp_path / "cart", extra="// v9\n")
     props = props_for(context, registry.url, basic(registry), "http://127.0.0.1:1")
     digest = push_image(registry, tmp_path, "shop/cart", props["contentTag"], b"v9")
-    script = (
-        "import base64, json, sys, dill\n"
-        "assert 'components' not in sys.modules\n"
-        "provider = dill.loads(base64.b64decode(sys.argv[1]))\n"
-        "print(provider.create(json.loads(sys.argv[2])).outs['digest'])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script, serialized, json.dumps(props)],
-                            cwd=ROOT / "infra", env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == digest
+    assert create_in_provider_process(serialized, props)["outs"]["digest"] == digest
 
 
 def test_logging_outside_an_engine_never_fails_a_build(monkeypatch, capsys):
