@@ -8,8 +8,8 @@
 2. else the provider recomputes the context tar (components/build_context.py) and checks its digest
    against `contextDigest`, the one the program put in the job's pod spec; uploads it as an OCI
    artifact (`contextRepository:<contentTag>`, blobs the registry already has are not sent again);
-   submits the job item (`jobItem`, the full pod spec, an input so the offline render shows what
-   will run) to `queue` / `jobSetId` over Armada's REST API; polls its state every `pollSeconds`,
+   submits the job item (`jobItem`, the full pod spec as JSON text, an input so the offline render
+   shows what will run; see `job_item_text`) to `queue` / `jobSetId` over Armada's REST API; polls its state every `pollSeconds`,
    at most `timeoutSeconds`, logging each state change (the `pulumi up` display shows it);
 3. a failed job raises an error with Armada's error text for it (`/v1/job/errors`: the test
    output) and, when `binocularsUrl` is set, the pod's last log lines; a job still running at the
@@ -46,6 +46,7 @@ a new attempt (`EntityBuildProvider._submit`).
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -113,8 +114,28 @@ def annotated_context(item: Any) -> Optional[tuple[str, str]]:
     return name.split("/", 1)[1], digest
 
 
+def job_item_text(item: dict) -> str:
+    """The job item as the `jobItem` input carries it: JSON text (sorted keys, compact), the exact
+    body the provider submits (plus its `clientId`). Not a nested map, for two engine reasons:
+    - Numbers: a map's numbers reach the provider as doubles (pulumi 3.272.0
+      sdk/python/lib/pulumi/runtime/rpc.py `serialize_property`: `struct_pb2.Value(number_value=
+      float(value))`), and Armada's gateway (Go encoding/json) refuses 1800.0 for an integer field
+      (activeDeadlineSeconds, runAsUser, defaultMode); text keeps 1800.
+    - Cost: one string crosses the engine's serialization (program -> engine -> state -> provider)
+      instead of ~300 nested values per build; at 500 entities that was the largest share of the
+      render (bench/render_cost.py).
+    The Pulumi CLI shows a JSON-text property's diff as a structured diff (pulumi/pulumi#5831), and
+    `python -m infra render` shows the text in resources.json (docs/builds.md, "What a build runs")."""
+    return json.dumps(item, sort_keys=True, separators=(",", ":"))
+
+
+def job_item_of(props: dict) -> dict:
+    """The `jobItem` input, parsed (`job_item_text`)."""
+    return json.loads(props["jobItem"])
+
+
 def context_repository_of(props: dict) -> str:
-    return props.get("contextRepository") or (annotated_context(props.get("jobItem")) or ("", ""))[0]
+    return props.get("contextRepository") or (annotated_context(job_item_of(props)) or ("", ""))[0]
 
 
 def problems(news: dict) -> list[tuple[str, str]]:
@@ -137,16 +158,16 @@ def problems(news: dict) -> list[tuple[str, str]]:
     for key in ("timeoutSeconds", "pollSeconds"):
         if known(key) and not (isinstance(news[key], (int, float)) and not isinstance(news[key], bool) and news[key] > 0):
             found.append((key, f"must be a positive number of seconds, got {news[key]!r}"))
-    item = news.get("jobItem")
     if known("jobItem"):
+        try:
+            item = json.loads(news["jobItem"]) if isinstance(news["jobItem"], str) else None
+        except ValueError:
+            item = None
         if not isinstance(item, dict) or not isinstance(item.get("podSpec"), dict):
-            found.append(("jobItem", "must be an apiJobSubmitRequestItem with a podSpec"))
+            found.append(("jobItem", "must be the JSON text of an apiJobSubmitRequestItem with a podSpec"))
         else:
-            annotations = item.get("annotations")
             annotated = annotated_context(item)
-            if isinstance(annotations, dict) and not _known(annotations.get(CONTEXT_ANNOTATION)):
-                pass  # a preview's unknown: checked again when it is known
-            elif annotated is None:
+            if annotated is None:
                 found.append(("jobItem", f"needs the annotation {CONTEXT_ANNOTATION}: <host>/<repository>@sha256:..."))
             elif known("contextDigest") and _known(annotated[1]) and annotated[1] != news["contextDigest"]:
                 found.append(("jobItem", f"{CONTEXT_ANNOTATION} names {annotated[1]}, not contextDigest "
@@ -187,21 +208,6 @@ def is_earlier_job(job_id: str, server_time: Optional[float], request_seconds: f
     if created is None or server_time is None:
         return False
     return created < server_time - request_seconds - EARLIER_MARGIN_SECONDS
-
-
-def whole_numbers(value: Any) -> Any:
-    """`value` with every integral float back to an int. Inputs reach a provider through a protobuf
-    Struct, whose numbers are doubles (pulumi 3.272.0 sdk/python/lib/pulumi/runtime/rpc.py
-    `serialize_property`: `struct_pb2.Value(number_value=float(value))`), so the pod spec's 1800
-    arrives as 1800.0; Armada's gateway decodes JSON with Go's encoding/json, which refuses 1800.0
-    for an integer field (activeDeadlineSeconds, runAsUser, defaultMode...)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(item) for item in value]
-    return value
 
 
 # --- the provider -------------------------------------------------------------------------------
@@ -320,7 +326,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         image = f"{props['repository']}:{props['contentTag']}"
         queue, job_set = props["queue"], props["jobSetId"]
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            item = {**whole_numbers(props["jobItem"]), "clientId": client_id(props, attempt)}
+            item = {**job_item_of(props), "clientId": client_id(props, attempt)}
             started = time.monotonic()
             (job_id,), server_time = client.submit_timed(queue, job_set, [item])
             if not is_earlier_job(job_id, server_time, time.monotonic() - started):
@@ -403,7 +409,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         headers = {"Authorization": props["armadaAuthorization"]} if props.get("armadaAuthorization") else {}
         try:
             lines = BinocularsClient(props["binocularsUrl"], timeout=REQUEST_TIMEOUT_SECONDS, headers=headers).logs(
-                job_id, props["jobItem"].get("namespace", ""), LOG_TAIL_LINES)
+                job_id, job_item_of(props).get("namespace", ""), LOG_TAIL_LINES)
         except Exception as error:  # noqa: BLE001 - the job error is reported anyway
             return f"pod log: not available ({error})"
         return f"pod log (last {LOG_TAIL_LINES} lines):\n" + "\n".join(lines)
@@ -446,7 +452,8 @@ class EntityBuildArgs:
     job_set_id: str
     """`<project>-<stack>`."""
     job_item: pulumi.Input[dict]
-    """The `apiJobSubmitRequestItem` (components/build_job.py), pod spec included."""
+    """The `apiJobSubmitRequestItem` (components/build_job.py), pod spec included; the input carries
+    it as JSON text (`job_item_text`)."""
     builder: dict = field(default_factory=dict)
     """Settings whose change rebuilds (builder image, resources, ...)."""
     timeout_seconds: int = 1800
@@ -472,7 +479,8 @@ def build_props(args: EntityBuildArgs) -> dict:
         "armadaAuthorization": pulumi.Output.secret(args.armada_authorization),
         "queue": args.queue,
         "jobSetId": args.job_set_id,
-        "jobItem": args.job_item,
+        "jobItem": (args.job_item.apply(job_item_text) if isinstance(args.job_item, pulumi.Output)
+                    else job_item_text(args.job_item)),
         "builder": args.builder,
         "timeoutSeconds": args.timeout_seconds,
         "pollSeconds": args.poll_seconds,

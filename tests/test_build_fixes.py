@@ -21,7 +21,7 @@ from components.armada.config import executor_name
 from components.armada.jobs_api import JobsClient, job_id_time
 from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS
 from components.armada.auth import BUILDS_USER
-from components.entity_build import BuildFailed, EntityBuildProvider
+from components.entity_build import BuildFailed, EntityBuildProvider, job_item_of
 from infra import builds, config as stack_config, versions
 from tests import fake_armada
 from tests.armada_variants import config_of
@@ -50,14 +50,6 @@ def builds_of(rendered: render.Rendered) -> list:
     return [r for r in rendered.registrations if r.type.endswith("dynamic/builds:EntityBuild")]
 
 
-def ints(value):
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: ints(v) for k, v in value.items()}
-    return [ints(v) for v in value] if isinstance(value, list) else value
-
-
 @functools.lru_cache(maxsize=None)
 def mirrored() -> render.Rendered:
     values, secret_keys = stack_values(lambda p: p.update(imageMirror=MIRROR))
@@ -72,7 +64,7 @@ def test_a_mirrored_stack_pulls_the_build_pods_images_and_base_images_through_th
     entity_builds = builds_of(rendered)
     assert entity_builds, "the test stack builds in armada mode"
     for build in entity_builds:
-        spec = ints(build.inputs["jobItem"])["podSpec"]
+        spec = job_item_of(build.inputs)["podSpec"]
         [fetch] = spec["initContainers"]
         [builder] = spec["containers"]
         assert fetch["image"] == versions.image(bj.FETCH_IMAGE, MIRROR), build.name
@@ -110,7 +102,7 @@ def test_declared_registry_mirrors_come_first_and_the_image_mirror_once():
 
 def test_without_a_mirror_the_build_pods_pull_the_pins(rendered_stacks):
     for build in builds_of(rendered_stacks["test"]):
-        spec = ints(build.inputs["jobItem"])["podSpec"]
+        spec = job_item_of(build.inputs)["podSpec"]
         assert spec["initContainers"][0]["image"] == versions.image(bj.FETCH_IMAGE)
         assert not [a for a in spec["containers"][0]["args"] if a.startswith("--registry-mirror=")]
 
@@ -157,7 +149,7 @@ def build_pod(rendered: render.Rendered, **spec_changes) -> tuple[dict, dict]:
     """(admission request, pod) of a rendered build job as the executor creates it."""
     config = config_of(rendered)
     [build] = builds_of(rendered)[:1]
-    job = ints(build.inputs["jobItem"])
+    job = job_item_of(build.inputs)
     executor = service_account_user(config.platform.armada.namespace, executor_name(config.platform.armada.executors[0]))
     spec = {"serviceAccountName": config.platform.armada.job_service_account, **job["podSpec"], **spec_changes}
     spec = {k: v for k, v in spec.items() if v is not None}
@@ -276,7 +268,7 @@ def earlier_ids(monkeypatch):
 def submit_earlier(armada, props: dict, attempt: int = 1) -> str:
     """What an interrupted `pulumi up` left: the same item, submitted with the same clientId."""
     client = JobsClient(armada.url, headers={"Authorization": ARMADA_AUTH})
-    item = {**props["jobItem"], "clientId": entity_build.client_id(props, attempt)}
+    item = {**job_item_of(props), "clientId": entity_build.client_id(props, attempt)}
     (job_id,) = client.submit(QUEUE, JOB_SET, [item])
     return job_id
 
@@ -380,6 +372,6 @@ def job_id_from(seconds: float) -> str:
 
 def test_both_containers_report_their_log_tail_when_they_fail(rendered_stacks):
     for build in builds_of(rendered_stacks["test"]):
-        spec = ints(build.inputs["jobItem"])["podSpec"]
+        spec = job_item_of(build.inputs)["podSpec"]
         for container in [*spec["initContainers"], *spec["containers"]]:
             assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", (build.name, container["name"])

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from cloudstation_tools import checks, validate
 from components import build_job as bj
 from components import network
+from components.entity_build import job_item_of
 from components.builds_namespace import (
     BUILD_POD_LABEL,
     SECRET_NAME,
@@ -393,18 +394,6 @@ def test_the_fetch_script_unpacks_the_blob_only_when_it_is_the_named_one(registr
 # --- what the stacks render --------------------------------------------------------------------------
 
 
-def ints(value):
-    """Numbers as the engine hands them over (protobuf Struct: doubles) back to ints, as the provider
-    submits them (components/entity_build.py)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [ints(v) for v in value]
-    return value
-
-
 def test_every_rendered_build_job_runs_in_the_rendered_builds_namespace_at_its_level(rendered_stacks):
     """The job items the stacks render (the EntityBuild input the offline render shows) are valid
     Pods, relax exactly the documented controls, and name the builds namespace the stack renders
@@ -415,12 +404,12 @@ def test_every_rendered_build_job_runs_in_the_rendered_builds_namespace_at_its_l
         builds = [r for r in rendered.registrations if r.type.endswith("dynamic/builds:EntityBuild")]
         if not builds:
             continue
-        [name] = {ints(b.inputs["jobItem"])["namespace"] for b in builds}
+        [name] = {job_item_of(b.inputs)["namespace"] for b in builds}
         [namespace] = [o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == name]
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == bj.POD_SECURITY_LEVEL
         secrets = {o["metadata"]["name"] for o in objects if o["kind"] == "Secret" and o["metadata"].get("namespace") == name}
         for build in builds:
-            job = ints(build.inputs["jobItem"])
+            job = job_item_of(build.inputs)
             assert job["namespace"] == name, stack
             spec = job["podSpec"]
             assert validate.validate_all([as_pod(job)]) == [], stack

@@ -18,7 +18,7 @@ import requests
 
 from components import build_context, entity_build
 from components.armada.jobs_api import JOB_STATES, JobsApiError, JobsClient, state_name
-from components.entity_build import BuildFailed, EntityBuildProvider
+from components.entity_build import BuildFailed, EntityBuildProvider, job_item_of, job_item_text
 from components.entity_image import content_tag, context_files
 from components.registry_api import Credentials
 from tests.conftest import create_in_provider_process
@@ -123,7 +123,7 @@ def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: 
         "pushRef": f"registry.cloudstation-registry.svc:5000/shop/cart:{tag}", "pullHost": "localhost:32000",
         "registryUrl": registry_url, "registryAuthorization": registry_auth,
         "armadaUrl": armada_url, "armadaAuthorization": ARMADA_AUTH, "queue": QUEUE, "jobSetId": JOB_SET,
-        "jobItem": job_item(context_repository, digest, tag), "builder": {"image": "builder@sha256:" + "a" * 64},
+        "jobItem": job_item_text(job_item(context_repository, digest, tag)), "builder": {"image": "builder@sha256:" + "a" * 64},
         "timeoutSeconds": 20, "pollSeconds": 0.05,
     }
     return {**props, **overrides}
@@ -247,7 +247,7 @@ def test_a_missing_tag_uploads_the_context_submits_one_job_and_reads_the_digest(
         props = props_for(context, registry.url, basic(registry), armada.url)
         result = EntityBuildProvider().create(props)
         # The item as rendered, with its deterministic clientId (one job per content: tests/test_build_fixes.py).
-        item = {**props["jobItem"], "clientId": entity_build.client_id(props)}
+        item = {**job_item_of(props), "clientId": entity_build.client_id(props)}
         assert sent(armada, "/v1/job/submit") == [{"queue": QUEUE, "jobSetId": JOB_SET, "jobRequestItems": [item]}]
         (job_id,) = armada.jobs
         assert sent(armada, "/v1/job/status") and all(b == {"jobIds": [job_id]} for b in sent(armada, "/v1/job/status"))
@@ -369,7 +369,7 @@ def test_diff_replaces_only_on_the_content_tag_or_the_builder(tmp_path):
     for key, value in [("registryUrl", "https://registry.example"), ("armadaUrl", "https://armada.example"),
                        ("registryAuthorization", "Basic b3RoZXI6cHc="), ("armadaAuthorization", "Basic b3RoZXI6cHc="),
                        ("timeoutSeconds", 99), ("pollSeconds", 9), ("jobSetId", "shop-other"),
-                       ("jobItem", {**old["jobItem"], "priority": 2}), ("contextDir", "../elsewhere")]:
+                       ("jobItem", job_item_text({**job_item_of(old), "priority": 2})), ("contextDir", "../elsewhere")]:
         diff = provider.diff("id", old, {**old, key: value})
         assert diff.changes is False and diff.replaces == [], key
     for key, value in [("contentTag", "f" * 32), ("builder", {"image": "builder@sha256:" + "c" * 64})]:
@@ -386,16 +386,18 @@ def test_check_reports_bad_inputs_and_accepts_a_previews_unknowns(tmp_path):
     unknown = {**good, "contentTag": rpc.UNKNOWN, "contextDigest": rpc.UNKNOWN, "jobItem": rpc.UNKNOWN,
                "armadaAuthorization": rpc.UNKNOWN}
     assert provider.check({}, unknown).failures == []
-    partly = {**good, "jobItem": {**good["jobItem"], "annotations": {"cloudstation.io/build-context": rpc.UNKNOWN}}}
-    assert provider.check({}, partly).failures == []
-    other = {**good["jobItem"], "annotations": {**good["jobItem"]["annotations"],
-                                                 "cloudstation.io/build-context": "r:5000/builds/shop/cart@sha256:" + "9" * 64}}
+    item = job_item_of(good)
+    other = job_item_text({**item, "annotations": {**item["annotations"],
+                                                   "cloudstation.io/build-context": "r:5000/builds/shop/cart@sha256:" + "9" * 64}})
     bad = {**good, "jobItem": other, "armadaUrl": "armada:8080", "timeoutSeconds": 0, "contextDigest": "sha256:x"}
     failures = {f.property: f.reason for f in provider.check({}, bad).failures}
     assert set(failures) == {"armadaUrl", "timeoutSeconds", "contextDigest", "jobItem"}
     assert "must be http(s)://host[:port]" in failures["armadaUrl"] and "positive" in failures["timeoutSeconds"]
     failures = {f.property: f.reason for f in provider.check({}, {**good, "jobItem": other}).failures}
     assert "the pod would fetch another context" in failures["jobItem"]
+    for not_text in [item, "{not json", json.dumps({"namespace": "x"})]:  # a map, bad JSON, no podSpec
+        failures = {f.property: f.reason for f in provider.check({}, {**good, "jobItem": not_text}).failures}
+        assert "must be the JSON text of an apiJobSubmitRequestItem" in failures["jobItem"], not_text
     assert provider.check({}, {k: v for k, v in good.items() if k != "queue"}).failures[0].property == "queue"
 
 
@@ -503,7 +505,7 @@ def test_the_component_wraps_one_dynamic_build_with_secret_credentials(mocked, t
         context_digest=props["contextDigest"], repository="shop/cart", context_repository=props["contextRepository"],
         push_ref=props["pushRef"], pull_host="localhost:32000", registry_url=props["registryUrl"],
         registry_authorization="Basic eDp5", armada_url=props["armadaUrl"], armada_authorization=ARMADA_AUTH,
-        queue=QUEUE, job_set_id=JOB_SET, job_item=props["jobItem"], builder=props["builder"],
+        queue=QUEUE, job_set_id=JOB_SET, job_item=job_item_of(props), builder=props["builder"],
         timeout_seconds=600, poll_seconds=2, binoculars_url="http://127.0.0.1:3",
     )
     outputs = run_mocked(lambda: {"ref": (build := entity_build.EntityBuild("shop-cart", args)).ref,
@@ -530,11 +532,11 @@ def e2e_props(cluster, context: Path) -> dict:
 
     props = props_for(context, cluster.registry.url, basic(cluster.registry), cluster.armada.url,
                       binocularsUrl=cluster.binoculars.url, timeoutSeconds=120, pollSeconds=0.1)
-    props["jobItem"] = build_job_item(
+    props["jobItem"] = job_item_text(build_job_item(
         project="shop", entity="cart", content_tag=props["contentTag"], context_digest=props["contextDigest"],
         registry_host=REGISTRY_HOST, namespace="cloudstation-builds", secret_name="build-registry",
-        settings=BuildSettings(), plain_http=True)
-    props["pushRef"] = props["jobItem"]["annotations"]["cloudstation.io/build-image"]
+        settings=BuildSettings(), plain_http=True))
+    props["pushRef"] = job_item_of(props)["annotations"]["cloudstation.io/build-image"]
     return props
 
 
@@ -581,16 +583,23 @@ def test_end_to_end_a_failing_test_fails_with_its_output(cluster, tmp_path, logg
 
 
 def test_the_pod_specs_numbers_reach_armada_as_integers(registry, tmp_path, logged):
-    """The engine hands a provider every number as a double (a protobuf Struct: pulumi 3.272.0
-    runtime/rpc.py serialize_property), and Armada's gateway (Go encoding/json) refuses 1800.0 for an
-    integer field: the submitted item has whole numbers again."""
+    """The engine hands a provider every number of a map as a double (a protobuf Struct: pulumi
+    3.272.0 runtime/rpc.py serialize_property), and Armada's gateway (Go encoding/json) refuses 1800.0
+    for an integer field: the job item travels as JSON text (`job_item_text`), so its numbers arrive
+    as written, whatever the engine does to the other inputs."""
+    from pulumi.runtime import rpc
+    from pulumi.runtime.sync_await import _sync_await
+
     context = make_context(tmp_path / "cart", extra="// floats\n")
     with armada_with(succeeding(lambda item: push_image(registry, tmp_path, "shop/cart",
                                                          item["labels"]["cloudstation.io/content-tag"]))) as armada:
         props = props_for(context, registry.url, basic(registry), armada.url)
-        as_engine_sends = json.loads(json.dumps(props), parse_int=float)
-        as_engine_sends["jobItem"]["podSpec"]["activeDeadlineSeconds"] = 1800.0
+        item = job_item_of(props)
+        props["jobItem"] = job_item_text({**item, "podSpec": {**item["podSpec"], "activeDeadlineSeconds": 1800}})
+        # Through the engine's wire format and back, as the dynamic-provider host receives them.
+        as_engine_sends = rpc.deserialize_properties(_sync_await(rpc.serialize_properties(props, {})))
+        assert type(as_engine_sends["timeoutSeconds"]) is float  # what a map's numbers would suffer
         EntityBuildProvider().create(as_engine_sends)
         (item,) = sent(armada, "/v1/job/submit")[0]["jobRequestItems"]
     assert item["priority"] == 1 and type(item["priority"]) is int
-    assert type(item["podSpec"]["activeDeadlineSeconds"]) is int
+    assert item["podSpec"]["activeDeadlineSeconds"] == 1800 and type(item["podSpec"]["activeDeadlineSeconds"]) is int
