@@ -62,17 +62,20 @@ def _never_promoted(stack: str) -> bool:
 def port_forwards(config) -> list[str]:
     """`namespace service local:remote` for each in-cluster service that `pulumi up` itself talks
     to through a port-forward: the managed registry it pushes to (docs/registry.md) and the Armada
-    REST API it manages queues through (docs/armada-queues.md), when configured at localhost."""
+    REST API it manages queues through (docs/armada-queues.md), when configured at localhost.
+    Not the registry when the builds reach it through their own tunnel (armada builds without a
+    pushHost: infra/builds.py `tunnels_to_registry`, docs/builds.md)."""
     from urllib.parse import urlsplit
 
     from components.armada.config import SERVER, SERVER_PORTS
     from components.registry import PORT as REGISTRY_PORT
+    from infra.builds import tunnels_to_registry
     from infra.delivery import REGISTRY_NAME
 
     forwards = []
     registry = config.platform.registry
     push_host, _, push_port = registry.effective_push_host.partition(":")
-    if registry.mode == "managed" and push_host in ("localhost", "127.0.0.1"):
+    if registry.mode == "managed" and push_host in ("localhost", "127.0.0.1") and not tunnels_to_registry(config):
         forwards.append(f"{config.platform.namespace} {REGISTRY_NAME} {push_port or 80}:{REGISTRY_PORT}")
     armada = config.platform.armada
     queue_api = urlsplit(armada.queue_api.url)

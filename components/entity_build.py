@@ -28,9 +28,13 @@ Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at
 - Refresh: `read` answers an empty id when the registry no longer has the tag; the engine then
   treats the resource as deleted (pkg/resource/deploy/step.go RefreshStep.Apply, "If the ID is
   blank treat this as a delete"), and the next `pulumi up` creates it again, i.e. rebuilds.
-- Diff: only `contentTag` and `builder` replace (a new image); any other change (URLs, credentials,
-  poll settings, even the pod spec's formatting) is no change, and the engine records the new
-  inputs with the old outputs (a same step).
+- Diff: only `contentTag` and `builder` replace (a new image); any other change (URLs, the
+  registry tunnel, credentials, poll settings, even the pod spec's formatting) is no change, and
+  the engine records the new inputs with the old outputs (a same step).
+
+The registry API (tag check, context upload, digest) is reached at `registryUrl`, or, with
+`registryTunnel`, through a port-forward through the Kubernetes API to a Ready registry pod
+(components/kube_tunnel.py): no port-forward on the deployer's machine (docs/builds.md).
 
 Delete removes nothing: images are shared by digest with prod (promotion tags them, it does not
 copy them), and a rollback needs old images. The managed registry has API deletes off
@@ -158,6 +162,8 @@ def problems(news: dict) -> list[tuple[str, str]]:
     for key in ("timeoutSeconds", "pollSeconds"):
         if known(key) and not (isinstance(news[key], (int, float)) and not isinstance(news[key], bool) and news[key] > 0):
             found.append((key, f"must be a positive number of seconds, got {news[key]!r}"))
+    if known("registryTunnel") and tunnel_problem(news["registryTunnel"]):
+        found.append(("registryTunnel", tunnel_problem(news["registryTunnel"])))
     if known("jobItem"):
         try:
             item = json.loads(news["jobItem"]) if isinstance(news["jobItem"], str) else None
@@ -213,12 +219,29 @@ def is_earlier_job(job_id: str, server_time: Optional[float], request_seconds: f
 # --- the provider -------------------------------------------------------------------------------
 
 
+def tunnel_problem(tunnel: Any) -> Optional[str]:
+    """Why `registryTunnel` ({namespace, selector, port[, context]}) is unusable, or None."""
+    port = tunnel.get("port") if isinstance(tunnel, dict) else None
+    selector = tunnel.get("selector") if isinstance(tunnel, dict) else None
+    if not (isinstance(tunnel, dict) and isinstance(tunnel.get("namespace"), str) and tunnel["namespace"]
+            and isinstance(selector, dict) and selector and all(isinstance(v, str) for v in selector.values())
+            and isinstance(port, (int, float)) and not isinstance(port, bool) and port == int(port) and 0 < port < 65536
+            and isinstance(tunnel.get("context") or "", str)):
+        return f"must be {{namespace, selector: {{label: value}}, port[, context]}}, got {tunnel!r}"
+    return None
+
+
 def _registry(props: dict, deadline=None):
-    from components import registry_api
+    """The registry client: through `registryTunnel` (a port-forward through the Kubernetes API to
+    a Ready registry pod, components/kube_tunnel.py; `registryUrl` then only names the Host) when
+    set, else straight to `registryUrl`."""
+    from components import kube_tunnel, registry_api
 
     authorization = props.get("registryAuthorization")
     credentials = registry_api.Credentials.from_basic(authorization) if authorization else None
-    return registry_api.for_url(props["registryUrl"], credentials, timeout=REQUEST_TIMEOUT_SECONDS, deadline=deadline)
+    dial = kube_tunnel.dialer(props.get("registryTunnel"), timeout=REQUEST_TIMEOUT_SECONDS)
+    return registry_api.for_url(props["registryUrl"], credentials, timeout=REQUEST_TIMEOUT_SECONDS, deadline=deadline,
+                                dial=dial)
 
 
 def _jobs(props: dict, wait: float):
@@ -440,7 +463,8 @@ class EntityBuildArgs:
     pull_host: str
     """host[:port] the kubelet pulls from (the `ref` output names it)."""
     registry_url: str
-    """`http(s)://host[:port]` of the registry API as `pulumi up` reaches it."""
+    """`http(s)://host[:port]` of the registry API as `pulumi up` reaches it (with `registry_tunnel`,
+    `http://<service host>:<port>`: only the Host header)."""
     registry_authorization: pulumi.Input[str]
     """`Basic <base64 user:password>` for the registry API (a secret)."""
     armada_url: str
@@ -460,6 +484,10 @@ class EntityBuildArgs:
     poll_seconds: float = 5
     binoculars_url: str = ""
     """Binoculars' REST URL, to add the pod's log to a failed build's error ("" for none)."""
+    registry_tunnel: Optional[dict] = None
+    """`{namespace, selector, port[, context]}`: reach the registry API through a port-forward
+    through the Kubernetes API to a Ready pod matching `selector` (components/kube_tunnel.py), no
+    listener on this machine; None: straight to `registry_url`. Not a replacing input."""
 
 
 def build_props(args: EntityBuildArgs) -> dict:
@@ -487,6 +515,8 @@ def build_props(args: EntityBuildArgs) -> dict:
     }
     if args.binoculars_url:
         props["binocularsUrl"] = args.binoculars_url
+    if args.registry_tunnel:
+        props["registryTunnel"] = args.registry_tunnel
     return props
 
 

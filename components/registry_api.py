@@ -26,6 +26,13 @@ Credentials go only to the registry they are for:
 Loopback registries, and hosts listed in CLOUDSTATION_INSECURE_REGISTRIES (comma separated), are
 spoken to over plain HTTP; everything else over HTTPS.
 
+Through a tunnel (`for_url(..., dial=...)`, e.g. components/kube_tunnel.py: a port-forward
+through the Kubernetes API), the registry's origin is reached by calling `dial` instead of
+opening a TCP connection; the URL's host is then only the Host header (e.g.
+`registry.<namespace>.svc.cluster.local:5000`). Credentials may go over plain http there: the
+bytes travel inside the tunnel's own connection (the API server's TLS). Every other origin (a
+redirect, a token realm) is still reached directly, under the rules above.
+
 Every answer is read against a size cap (4 MiB for a manifest) and the run's deadline
 (components/limits.py).
 
@@ -49,7 +56,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
-from typing import Mapping, Optional, Protocol
+from typing import Callable, Mapping, Optional, Protocol
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from infra.image_refs import DIGEST_REF_FORM, split
@@ -235,8 +242,9 @@ STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, 
 class _Connections:
     """Kept-alive connections per origin, each used by one thread at a time."""
 
-    def __init__(self, env: Mapping[str, str]):
+    def __init__(self, env: Mapping[str, str], dials: Optional[Mapping[tuple, Callable]] = None):
         self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
+        self.dials = dict(dials or {})  # origin -> dial(timeout) for origins reached through a tunnel
         self.lock = threading.Lock()
         self.cafile = env.get("REQUESTS_CA_BUNDLE") or None
         self._context: Optional[ssl.SSLContext] = None
@@ -260,6 +268,8 @@ class _Connections:
                 connection.sock.settimeout(timeout)
             return connection, True
         scheme, host, port = origin
+        if origin in self.dials:
+            return _DialedConnection(host, port, self.dials[origin], timeout=timeout), False
         if scheme != "https":
             return http.client.HTTPConnection(host, port, timeout=timeout), False
         proxy = self.proxies.get("https")
@@ -281,6 +291,18 @@ class _Connections:
             self.idle.setdefault(origin, []).append(connection)
 
 
+class _DialedConnection(http.client.HTTPConnection):
+    """An HTTP connection whose socket comes from `dial(timeout)` (a tunnel), not from TCP to
+    host:port, which only name the Host header."""
+
+    def __init__(self, host: str, port: int, dial: Callable, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self._dial = dial
+
+    def connect(self) -> None:
+        self.sock = self._dial(self.timeout)
+
+
 class DistributionRegistry:
     """A registry speaking the Registry HTTP API v2."""
 
@@ -294,6 +316,7 @@ class DistributionRegistry:
         timeout: float = 30,
         env: Mapping[str, str] = os.environ,
         deadline: Optional[Deadline] = None,
+        dial: Optional[Callable] = None,
     ):
         self.host = host
         self.credentials = credentials
@@ -306,7 +329,7 @@ class DistributionRegistry:
         self.timeout = timeout
         self.deadline = deadline or Deadline(None)
         self.stats = Stats()
-        self.connections = _Connections(env)
+        self.connections = _Connections(env, {self.origin: dial} if dial else None)
         self._scheme: Optional[str] = None  # None (not known yet), "anonymous", "basic" or "bearer"
         self._tokens: dict[str, str] = {}  # repository -> Authorization for Bearer registries
         self._lock = threading.Lock()
@@ -556,17 +579,23 @@ class DistributionRegistry:
 
 
 def for_url(url: str, credentials: Optional[Credentials] = None, *, timeout: float = 30,
-            deadline: Optional[Deadline] = None, env: Mapping[str, str] = os.environ) -> DistributionRegistry:
+            deadline: Optional[Deadline] = None, env: Mapping[str, str] = os.environ,
+            dial: Optional[Callable] = None) -> DistributionRegistry:
     """A client of the registry API at `url` (`http(s)://host[:port]`, as `pulumi up` reaches it).
-    Credentials go over plain http only to loopback."""
+    Credentials go over plain http only to loopback, or through `dial`: a tunnel (e.g.
+    components/kube_tunnel.py `PodTunnel.dial`, inside the Kubernetes API's TLS) that `url`'s
+    origin is reached through instead of TCP; `url`'s host is then only the Host header. A tunnel
+    carries plain http only (the in-cluster registry's)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/"):
         raise RegistryError(f"registry URL {url!r} must be http(s)://host[:port] (no path)")
-    if credentials is not None and parts.scheme == "http" and not is_loopback(parts.hostname):
+    if dial is not None and parts.scheme != "http":
+        raise RegistryError(f"registry URL {url!r}: a tunnel carries plain http only")
+    if credentials is not None and parts.scheme == "http" and not is_loopback(parts.hostname) and dial is None:
         raise RegistryError(f"refusing to send registry credentials over plain http to {parts.netloc}: use https:// "
                             "or a port-forward to localhost")
     return DistributionRegistry(parts.netloc, credentials, insecure=parts.scheme == "http", timeout=timeout,
-                                deadline=deadline, env=env)
+                                deadline=deadline, env=env, dial=dial)
 
 
 def _with(headers: dict, authorization: Optional[str]) -> dict:

@@ -64,6 +64,26 @@ def registry_url(access: "RegistryAccess") -> str:
     return f"{'http' if is_loopback(host.rsplit(':', 1)[0]) else 'https'}://{host}"
 
 
+def tunnels_to_registry(config: StackConfig) -> bool:
+    """Whether the build provider reaches the registry API through its own port-forward through
+    the Kubernetes API (components/kube_tunnel.py), so the deployer's machine needs no registry
+    port-forward: armada builds without an explicit `platform.registry.pushHost` (with one, it is
+    reached there, as today). Local builds push with the Docker engine, which needs a host port."""
+    return in_armada(config) and not config.platform.registry.push_host
+
+
+def registry_tunnel(config: StackConfig) -> dict:
+    """The build provider's `registryTunnel` input: the stack's kube context (unset = the current
+    one), the registry pods' namespace, selector and container port."""
+    from infra.delivery import REGISTRY_NAME
+
+    tunnel = {"namespace": config.platform.namespace, "selector": kube.selector_labels(REGISTRY_NAME),
+              "port": REGISTRY_PORT}
+    if config.kubernetes.context:
+        tunnel["context"] = config.kubernetes.context
+    return tunnel
+
+
 def namespace(stack: "StackContext", opts: pulumi.ResourceOptions) -> Optional[BuildsNamespace]:
     """The builds namespace (components/builds_namespace.py), when this stack builds in Armada;
     infra/armada.py registers it as a job namespace (the executors' RoleBinding and the admission
@@ -182,6 +202,7 @@ def entity_build(
     tar = build_context.context_tar(context, dockerfile_text)
     digest = build_context.context_digest(tar)
     host = registry_service_host(config)
+    tunnel = tunnels_to_registry(config)
     repository = access.repository(project, entity)
     item = armada.namespace.secret_name.apply(lambda secret: job_item(config, build_job_item(
         project=project, entity=entity, content_tag=tag, context_digest=digest, registry_host=host,
@@ -206,7 +227,9 @@ def entity_build(
             context_repository=build_context.context_repository(access.repository_prefix, project, entity),
             push_ref=f"{host}/{repository}:{tag}",
             pull_host=access.pull_host,
-            registry_url=registry_url(access),
+            # Through the tunnel, the URL only names the Host header: the Service's in-cluster name.
+            registry_url=f"http://{host}" if tunnel else registry_url(access),
+            registry_tunnel=registry_tunnel(config) if tunnel else None,
             registry_authorization=registry_auth,
             armada_url=armada.url,
             armada_authorization=armada.authorization,

@@ -41,8 +41,10 @@ kubectl=(kubectl --context "$context")
 eval "$(.venv/bin/python -m cloudstation_tools.local_backend --create)"
 pulumi stack select --create "$stack" --non-interactive
 
-# `pulumi up` pushes entity images to the in-cluster registry and manages Armada queues through
-# the server's REST API, both through port-forwards (docs/registry.md, docs/armada-queues.md).
+# `pulumi up` manages Armada queues through the server's REST API and, with local builds, pushes
+# entity images to the in-cluster registry, both through port-forwards (docs/armada-queues.md,
+# docs/registry.md); `python -m infra port-forwards` lists those this stack needs. Armada builds
+# reach the registry through their own tunnel via the Kubernetes API (docs/builds.md).
 # On a first deployment those services appear during this very run, so each forward retries until
 # its service answers; all of them stop when this script exits.
 forwards=()

@@ -361,3 +361,45 @@ def test_the_default_mode_follows_armada():
 
     assert config_of(ROOT).platform.build_mode == "armada"
     assert load(_platform_with(armada={"enabled": False}), root=ROOT).platform.build_mode == "local"
+
+
+def test_without_a_push_host_builds_reach_the_registry_through_their_own_tunnel(cluster, first, tmp_path, monkeypatch):
+    """Armada mode without `platform.registry.pushHost` (infra/builds.py `tunnels_to_registry`): the
+    build provider reaches the registry API through a port-forward through the Kubernetes API
+    (components/kube_tunnel.py; here tests/fake_kube_api.py, whose registry pod relays to the real
+    registry), and `registryUrl` is the Service's in-cluster name, which does not resolve here: no
+    port-forward on this machine, and the build still uploads its context and reads its digest."""
+    from components import k8s
+    from components.registry import PORT as REGISTRY_PORT
+    from tests.fake_kube_api import FakeKubeApi
+
+    config = config_of(cluster.copy)
+    service_host = builds.registry_service_host(config)
+    with pytest.raises(socket.gaierror):
+        socket.getaddrinfo(service_host.rsplit(":", 1)[0], REGISTRY_PORT)
+    project, entity = _first_entity(cluster.copy)
+    jobs_before = list(cluster.executor.jobs)
+    with FakeKubeApi() as api:
+        api.add_pod("registry-5c8d-x1", config.platform.namespace, k8s.selector_labels(delivery.REGISTRY_NAME),
+                    {REGISTRY_PORT: ("127.0.0.1", cluster.registry.port)})
+        monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+        _edit(_a_source_file(entities(cluster.copy)[(project, entity)][0]), "\n// built through the tunnel\n")
+        platform = {key: value for key, value in cluster.platform.items() if key != "registry"}  # no pushHost
+        result = cluster.run(state=first.state, platform=platform)
+    assert result.error is None, result.error
+    tunnel = {"namespace": config.platform.namespace, "port": REGISTRY_PORT,
+              "selector": k8s.selector_labels(delivery.REGISTRY_NAME)}
+    for build in result.of_type(ENTITY_BUILD):
+        assert build["inputs"]["registryUrl"] == f"http://{service_host}", build["name"]
+        assert build["inputs"]["registryTunnel"] == tunnel, build["name"]
+    new_jobs = [cluster.armada.jobs[j] for j in cluster.executor.jobs if j not in jobs_before]
+    assert (project, entity) in [(j.item["labels"]["cloudstation.io/project"], j.item["labels"]["cloudstation.io/entity"])
+                                 for j in new_jobs]
+    assert all(j.state == "SUCCEEDED" for j in new_jobs)
+    # The tag checks, the context upload and the digest reads went through the API server's tunnels.
+    assert api.tunnels and {t.pod for t in api.tunnels} == {"registry-5c8d-x1"}
+    assert sum(t.sent for t in api.tunnels) > 0 and sum(t.received for t in api.tunnels) > 0
+    assert result.outputs["images"][f"{project}/{entity}"].endswith(
+        cluster.registry.digest_of(f"{project}/{entity}", result.outputs["images"][f"{project}/{entity}"]
+                                   .split("@")[0].rsplit(":", 1)[1]))
+    first.state.update(result.state)

@@ -148,8 +148,9 @@ def test_project_file_names_the_program_and_the_config_namespace():
 def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
     from cloudstation_tools.cli import port_forwards
 
+    # test builds in Armada: the builds reach the registry through their own tunnel via the
+    # Kubernetes API (infra/builds.py tunnels_to_registry), so only Armada's REST API is forwarded
     assert port_forwards(render.validate_config("test")) == [
-        "cloudstation registry 32000:5000",
         "armada armada-server 8080:8080",
     ]
     # prod pushes nothing (shared registry) and runs no Armada (one per cluster: test's)
@@ -157,7 +158,7 @@ def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
     # prod on its own cluster: an external registry, and the queue API at a public URL
     assert port_forwards(render.stack_config.load(stack_file(OWN_CLUSTER).values)) == []
     result = run_cli("port-forwards", "--stack", "test")
-    assert result.returncode == 0 and result.stdout.splitlines()[0] == "cloudstation registry 32000:5000"
+    assert result.returncode == 0 and result.stdout.splitlines() == ["armada armada-server 8080:8080"]
 
 
 def test_resources_json_records_the_options_the_engine_acts_on(mocked, tmp_path):

@@ -221,6 +221,37 @@ def test_without_a_stack_context_the_current_context_is_pinned(sandbox):
     assert any("port-forward" in argv for argv in kubectl)
 
 
+def test_the_registry_is_port_forwarded_only_where_pulumi_up_reaches_it_at_localhost(sandbox):
+    """Armada builds reach the registry through their own port-forward through the Kubernetes API
+    (components/kube_tunnel.py, infra/builds.py `tunnels_to_registry`): up.sh starts no registry
+    forward for them. Local builds push with the Docker engine through one, and an explicit
+    loopback pushHost keeps one too."""
+    from infra.delivery import REGISTRY_NAME
+
+    def registry_forwards() -> list[str]:
+        config = validate_config("test", sandbox.repo)
+        return [f for f in port_forwards(config) if f.split()[:2] == [config.platform.namespace, REGISTRY_NAME]]
+
+    config = validate_config("test", sandbox.repo)
+    assert config.platform.build_mode == "armada" and not config.platform.registry.push_host
+    assert registry_forwards() == []
+    sandbox.tools("kubectl", "pulumi", "docker")
+    done = sandbox.run("test", FAKE_FORWARDS=str(len(sandbox.forwards("test"))))
+    assert done.returncode == 0, done.stderr
+    forwarded = [argv for argv in sandbox.calls("kubectl") if "port-forward" in argv]
+    assert forwarded and f"svc/{REGISTRY_NAME}" not in [argv[-2] for argv in forwarded], forwarded
+
+    node_port = config.platform.registry.node_port
+    platform = yaml.safe_load((sandbox.repo / "Pulumi.test.yaml").read_text(encoding="utf-8"))["config"][
+        "cloudstation:platform"]
+    sandbox.set_config("test", "cloudstation:platform",
+                       {**platform, "registry": {**platform["registry"], "pushHost": f"localhost:{node_port}"}})
+    assert registry_forwards() == [f"{config.platform.namespace} {REGISTRY_NAME} {node_port}:5000"]
+    sandbox.set_config("test", "cloudstation:platform", platform)
+    sandbox.build_locally()
+    assert registry_forwards() == [f"{config.platform.namespace} {REGISTRY_NAME} {node_port}:5000"]
+
+
 def _problems(stderr: str) -> str:
     assert "nothing was deployed" in stderr, stderr
     return stderr

@@ -1,0 +1,243 @@
+"""The build provider reaches the registry through its own port-forward through the Kubernetes API
+(components/kube_tunnel.py, components/registry_api.py `for_url(dial=...)`), so `pulumi up` in
+armada mode needs no registry port-forward on the deployer's machine (docs/builds.md).
+
+Against a fake API server (tests/fake_kube_api.py: bearer token required, pod list, WebSocket
+port-forward with v4.channel.k8s.io framing) relaying to a real docker-registry with htpasswd
+auth. The client is only given the registry's in-cluster name, which does not resolve here: the
+registry is not reachable directly, so every answer came through the tunnel (and the fake counts
+the bytes it relayed)."""
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from components import entity_build, kube_tunnel, registry_api
+from components.entity_build import EntityBuildProvider
+from components.kube_tunnel import PodTunnel, TunnelError
+from components.registry_api import Credentials, RegistryError
+from tests.fake_kube_api import FakeKubeApi
+from tests.registry_server import build_oci_image, free_port, registry  # noqa: F401 (fixture)
+from tests.test_entity_build import armada_with, basic, make_context, props_for, push_image, succeeding
+
+NAMESPACE = "cloudstation"
+SELECTOR = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "registry"}
+PORT = 5000
+IN_CLUSTER_URL = f"http://registry.{NAMESPACE}.svc.cluster.local:{PORT}"
+"""What the program passes as registryUrl with a tunnel: only the Host header."""
+
+
+def _unresolvable(url: str) -> bool:
+    host = url.split("//")[1].split(":")[0]
+    try:
+        socket.getaddrinfo(host, PORT)
+    except socket.gaierror:
+        return True
+    return False
+
+
+@pytest.fixture
+def api(registry, tmp_path, monkeypatch):
+    """A fake API server with one Ready registry pod whose port 5000 is the real registry, and
+    KUBECONFIG pointing at it (current context `fake`)."""
+    assert _unresolvable(IN_CLUSTER_URL), "the in-cluster name must not resolve here, or the test proves nothing"
+    with FakeKubeApi() as server:
+        server.add_pod("registry-7d9f-abcde", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        yield server
+
+
+def tunnel(context=None, namespace=NAMESPACE, selector=SELECTOR) -> PodTunnel:
+    return PodTunnel(context, namespace, selector, PORT)
+
+
+def client(registry, dial) -> registry_api.DistributionRegistry:
+    return registry_api.for_url(IN_CLUSTER_URL, Credentials(*registry.auth), dial=dial)
+
+
+def test_tag_check_blob_upload_and_manifest_digest_go_through_the_tunnel(registry, api, tmp_path):
+    through = client(registry, tunnel().dial)
+    assert through.manifest_digest("shop/cart", "v1") is None  # the tag check
+    data = b"a build context " * 4096
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    through.upload_blob("builds/shop/cart", digest, data)  # POST then PUT to the upload's Location
+    assert through.blob_exists("builds/shop/cart", digest)
+    pushed = push_image(registry, tmp_path, "shop/cart", "v1")
+    assert through.manifest_digest("shop/cart", "v1") == pushed  # the digest read
+    # Every byte went through the fake API server, over tunnels to the Ready pod only.
+    assert api.tunnels and {t.pod for t in api.tunnels} == {"registry-7d9f-abcde"}
+    assert sum(t.sent for t in api.tunnels) > len(data)
+    # Kept alive: the connection pool reuses one tunnel for consecutive requests.
+    assert len(api.tunnels) == 1
+    kinds = [kind for _method, _path, kind in api.requests]
+    assert kinds == ["list pods", "create pods/portforward"]
+
+
+def test_without_the_tunnel_the_registry_is_not_reachable_and_credentials_stay_home(registry, api):
+    # No dial: the in-cluster name is refused credentials over plain http (registry_api's rule) ...
+    with pytest.raises(RegistryError, match="plain http"):
+        registry_api.for_url(IN_CLUSTER_URL, Credentials(*registry.auth))
+    # ... and, anonymously, is not reachable at all: a pass above proves the tunnel.
+    with pytest.raises(RegistryError, match="cannot reach"):
+        registry_api.for_url(IN_CLUSTER_URL).manifest_digest("shop/cart", "v1")
+    with pytest.raises(RegistryError, match="plain http only"):
+        registry_api.for_url(IN_CLUSTER_URL.replace("http:", "https:"), Credentials(*registry.auth), dial=tunnel().dial)
+    assert api.tunnels == []
+
+
+def test_the_tunnel_carries_only_the_registrys_own_origin(registry, api):
+    """A redirect elsewhere is dialled directly, never through the tunnel (and without credentials:
+    registry_api `_http`); the tunnel's dial is keyed by the registry's origin only."""
+    through = client(registry, tunnel().dial)
+    assert set(through.connections.dials) == {("http", f"registry.{NAMESPACE}.svc.cluster.local", PORT)}
+
+
+def test_no_ready_pod_is_a_clear_error_naming_namespace_selector_and_context(registry, tmp_path, monkeypatch):
+    with FakeKubeApi() as server:
+        server.add_pod("registry-starting", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)}, ready=False)
+        server.add_pod("registry-pending", NAMESPACE, SELECTOR, {}, phase="Pending", ready=False)
+        server.add_pod("registry-elsewhere", "other", SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+        server.add_pod("not-the-registry", NAMESPACE, {"app.kubernetes.io/name": "web"}, {PORT: ("127.0.0.1", 1)})
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        with pytest.raises(TunnelError) as caught:
+            client(registry, tunnel(context="fake").dial).manifest_digest("shop/cart", "v1")
+        assert server.tunnels == []
+    message = str(caught.value)
+    assert "no Running and Ready pod" in message and f"namespace {NAMESPACE}" in message
+    assert "app.kubernetes.io/instance=registry,app.kubernetes.io/name=registry" in message
+    assert "context fake" in message and str(tmp_path / "kubeconfig") in message
+    assert "registry-starting (Running, not Ready)" in message and "registry-pending (Pending, not Ready)" in message
+    assert "registry-elsewhere" not in message and "not-the-registry" not in message
+
+
+@pytest.mark.parametrize("forbidden", [("create", "pods/portforward"), ("list", "pods")])
+def test_rbac_refusals_name_the_verbs_pulumi_up_needs(registry, api, forbidden):
+    api.forbidden.add(forbidden)
+    with pytest.raises(TunnelError) as caught:
+        client(registry, tunnel().dial).manifest_digest("shop/cart", "v1")
+    message = str(caught.value)
+    assert "HTTP 403" in message and f'cannot {forbidden[0]} resource "{forbidden[1]}"' in message  # the server's words
+    assert "`list` on pods and `get` and `create` on pods/portforward" in message
+    assert f"in namespace {NAMESPACE}" in message
+    assert api.tunnels == []
+
+
+def test_a_wrong_token_is_refused_and_nothing_is_forwarded(registry, api, tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "stale", token="an-expired-token")))
+    with pytest.raises(TunnelError) as caught:
+        client(registry, tunnel().dial).manifest_digest("shop/cart", "v1")
+    assert "did not accept the credentials" in str(caught.value) and "HTTP 401" in str(caught.value)
+    assert api.tunnels == [] and api.requests  # asked, and refused
+
+
+def test_the_stack_context_chooses_the_cluster_and_unset_means_the_current_one(registry, api, tmp_path, monkeypatch):
+    closed = f"http://127.0.0.1:{free_port()}"
+    path = api.write_kubeconfig(tmp_path / "two", current="elsewhere", extra_contexts={"elsewhere": closed})
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert client(registry, tunnel(context="fake").dial).manifest_digest("shop/cart", "nothing") is None
+    with pytest.raises(TunnelError) as caught:
+        client(registry, tunnel(context=None).dial).manifest_digest("shop/cart", "nothing")
+    assert "cannot reach the Kubernetes API" in str(caught.value) and "the current context" in str(caught.value)
+    with pytest.raises(TunnelError, match="cannot load the kubeconfig"):
+        client(registry, tunnel(context="no-such-context").dial).manifest_digest("shop/cart", "nothing")
+
+
+def test_a_pod_that_went_away_is_replaced_by_listing_the_pods_again(registry, api):
+    api.add_pod("registry-zz-second", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+    dial = tunnel().dial
+    first = dial(5)
+    first.close()
+    api.remove_pod("registry-7d9f-abcde")  # deleted, e.g. rescheduled
+    through = client(registry, dial)
+    assert through.manifest_digest("shop/cart", "nothing") is None
+    assert [t.pod for t in api.tunnels] == ["registry-7d9f-abcde", "registry-zz-second"]
+    assert [kind for _m, _p, kind in api.requests].count("list pods") == 2  # listed again once
+
+
+def test_a_pod_port_that_refuses_fails_the_request_instead_of_hanging(registry, api):
+    api.pods[0].ports = {PORT: ("127.0.0.1", free_port())}  # the container does not listen (yet)
+    with pytest.raises(RegistryError, match="cannot reach the registry"):
+        client(registry, tunnel().dial).manifest_digest("shop/cart", "v1")
+
+
+def test_concurrent_dials_each_get_a_websocket_tunnel(registry, api):
+    """kubernetes.stream.portforward swaps ApiClient.call_api while it runs (stream/stream.py
+    `_websocket_request`) and puts back what it found: concurrent calls on one client are serialized
+    (kube_tunnel._FORWARD_LOCK), or a plain GET goes out where a tunnel was meant, or a port-forward
+    call stays installed and the next pod list goes out as a WebSocket."""
+    from kubernetes.client import ApiClient
+
+    pods = tunnel()
+    dial = pods.dial
+    results, errors = [], []
+
+    def one():
+        try:
+            results.append(client(registry, dial).manifest_digest("shop/cart", "nothing"))
+        except Exception as error:  # noqa: BLE001 - collected
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and results == [None] * 8
+    assert len(api.tunnels) == 8
+    assert getattr(pods._core().api_client.call_api, "__func__", None) is ApiClient.call_api
+    assert pods.ready_pod() == "registry-7d9f-abcde"  # a plain list still works on the same client
+
+
+# --- the build provider ----------------------------------------------------------------------------
+
+
+def test_the_build_provider_builds_through_the_tunnel_with_no_registry_url_it_could_reach(
+        registry, api, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// tunnel\n")
+    pushed: dict[str, str] = {}
+    push = lambda item: pushed.setdefault("digest", push_image(  # noqa: E731 - the in-cluster executor's push
+        registry, tmp_path, "shop/cart", item["labels"]["cloudstation.io/content-tag"]))
+    target = {"namespace": NAMESPACE, "selector": SELECTOR, "port": float(PORT)}  # numbers arrive as doubles
+    with armada_with(succeeding(push)) as armada:
+        props = props_for(context, IN_CLUSTER_URL, basic(registry), armada.url, registryTunnel=target)
+        assert EntityBuildProvider().check({}, props).failures == []
+        result = EntityBuildProvider().create(props)
+    assert result.outs["digest"] == pushed["digest"] == registry.digest_of("shop/cart", props["contentTag"])
+    # The context went up through the tunnel; a refresh reads through it too.
+    assert registry.digest_of("builds/shop/cart", props["contentTag"])
+    assert sum(t.sent for t in api.tunnels) >= len(context.joinpath("src", "index.js").read_bytes())
+    before = len(api.tunnels)
+    read = EntityBuildProvider().read(result.id, result.outs)
+    assert read.outs["digest"] == pushed["digest"] and len(api.tunnels) > before
+
+
+def test_the_tunnel_is_no_replacing_input_and_a_bad_one_is_refused(tmp_path):
+    old = props_for(make_context(tmp_path / "cart"), IN_CLUSTER_URL, "Basic eDp5", "http://127.0.0.1:2")
+    provider = EntityBuildProvider()
+    tunnel_input = {"namespace": NAMESPACE, "selector": SELECTOR, "port": PORT}
+    for news in ({**old, "registryTunnel": tunnel_input}, {**old, "registryTunnel": {**tunnel_input, "context": "x"}}):
+        diff = provider.diff("id", {**old, "registryTunnel": {**tunnel_input, "port": 5001}}, news)
+        assert diff.changes is False and diff.replaces == []
+    for bad in ({"namespace": NAMESPACE, "selector": {}, "port": PORT}, {"namespace": "", "selector": SELECTOR, "port": 1},
+                {"namespace": NAMESPACE, "selector": SELECTOR, "port": 70000}, "cloudstation/registry"):
+        failures = provider.check({}, {**old, "registryTunnel": bad}).failures
+        assert [f.property for f in failures] == ["registryTunnel"], bad
+
+
+def test_the_dialer_reads_kubeconfig_when_the_tunnel_is_made(monkeypatch, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "a"))
+    assert kube_tunnel.dialer(None) is None
+    dial = kube_tunnel.dialer({"namespace": NAMESPACE, "selector": SELECTOR, "port": 5000.0, "context": "c"})
+    assert (dial.__self__.kubeconfig, dial.__self__.context, dial.__self__.port) == (str(tmp_path / "a"), "c", 5000)
+
+
+@pytest.fixture
+def logged(monkeypatch) -> list[str]:
+    messages: list[str] = []
+    monkeypatch.setattr(entity_build.pulumi.log, "info", lambda message, *a, **k: messages.append(message))
+    monkeypatch.setattr(entity_build.pulumi.log, "warn", lambda message, *a, **k: messages.append("warn: " + message))
+    return messages
