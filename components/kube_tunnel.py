@@ -25,9 +25,10 @@ Upstream behaviour relied on (kubernetes Python client 37.0.1, as installed):
   channel's first frame the port (little endian). Bytes on the error channel close that socket, so
   the reader sees EOF; closing our end ends the thread and the WebSocket. One PortForward is one
   TCP connection to the pod.
-- `_websocket_request` swaps `api_client.call_api` for the duration of the call: two threads
-  calling it on one ApiClient at once could send a plain GET, so calls are serialized here
-  (`_FORWARD_LOCK`).
+- `_websocket_request` swaps `api_client.call_api` for the duration of the call: any other call
+  on that ApiClient meanwhile (a pod list, another port-forward) would go through the swapped one,
+  and overlapping swaps can leave it installed, so every call on a tunnel's ApiClient holds the
+  tunnel's `calls` lock.
 - The WebSocket handshake has no timeout (`create_websocket` passes none to websocket-client,
   whose `WebSocket` then blocks), so it runs in a worker thread that `dial` waits for at most
   `timeout` seconds.
@@ -46,10 +47,6 @@ from typing import Any, Callable, Mapping, Optional
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 RBAC_HINT = "`list` on pods and `get` and `create` on pods/portforward"
-
-_FORWARD_LOCK = threading.Lock()
-"""Serializes kubernetes.stream.portforward calls (it swaps ApiClient.call_api, see above)."""
-
 
 class TunnelError(Exception):
     """No tunnel to the pod; str() names the namespace, selector and context, and what to fix."""
@@ -113,6 +110,8 @@ class PodTunnel:
         self._api = None
         self._pod: Optional[str] = None
         self._lock = threading.Lock()
+        self.calls = threading.Lock()
+        """Held by every call on the ApiClient (portforward swaps its call_api, see above)."""
 
     # --- naming things in errors ---------------------------------------------------------------
 
@@ -155,6 +154,9 @@ class PodTunnel:
         from urllib3.exceptions import HTTPError
 
         core = self._core()
+        if not self.calls.acquire(timeout=self.request_timeout):
+            raise TunnelError(f"the Kubernetes API of {self.where} is still opening an earlier port-forward "
+                              f"after {self.request_timeout:g} s")
         try:
             answer = core.list_namespaced_pod(self.namespace, label_selector=selector_text(self.selector),
                                               _preload_content=False, _request_timeout=self.request_timeout)
@@ -164,6 +166,8 @@ class PodTunnel:
         except (OSError, ValueError, HTTPError) as error:  # refused, timed out, TLS, not JSON
             raise TunnelError(f"cannot reach the Kubernetes API of {self.where}: {type(error).__name__}: "
                               f"{str(error)[:200]}") from None
+        finally:
+            self.calls.release()
         name = choose(pods)
         if name is None:
             found = ", ".join(sorted(f"{p['metadata']['name']} ({(p.get('status') or {}).get('phase', '?')}"
@@ -182,7 +186,7 @@ class PodTunnel:
 
         def open_forward() -> None:
             try:
-                with _FORWARD_LOCK:
+                with self.calls:
                     forward = portforward(core.connect_get_namespaced_pod_portforward, pod, self.namespace,
                                           ports=str(self.port))
                 if abandoned.is_set():

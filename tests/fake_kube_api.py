@@ -21,6 +21,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -68,6 +69,8 @@ class FakeKubeApi:
     forbidden: set[tuple[str, str]] = field(default_factory=set)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     tunnels: list[Tunnel] = field(default_factory=list)
+    handshake_delay: float = 0.0
+    """Seconds before a port-forward's upgrade is answered (a slow API server or kubelet)."""
 
     def __post_init__(self):
         self.lock = threading.Lock()
@@ -188,6 +191,7 @@ def _handler(api: FakeKubeApi):
             if len(ports) != 1 or not ports[0].isdigit():
                 return self._answer(400, _status(400, "BadRequest", "exactly one port, please"))
             port = int(ports[0])
+            time.sleep(api.handshake_delay)
             key = self.headers["Sec-WebSocket-Key"]
             accept = base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()).decode()
             self.send_response(101, "Switching Protocols")

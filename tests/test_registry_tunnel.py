@@ -166,9 +166,10 @@ def test_a_pod_port_that_refuses_fails_the_request_instead_of_hanging(registry, 
 
 def test_concurrent_dials_each_get_a_websocket_tunnel(registry, api):
     """kubernetes.stream.portforward swaps ApiClient.call_api while it runs (stream/stream.py
-    `_websocket_request`) and puts back what it found: concurrent calls on one client are serialized
-    (kube_tunnel._FORWARD_LOCK), or a plain GET goes out where a tunnel was meant, or a port-forward
-    call stays installed and the next pod list goes out as a WebSocket."""
+    `_websocket_request`) and puts back what it found: every call on the tunnel's client is
+    serialized (PodTunnel.calls), or a pod list goes out through the port-forward call (`Missing
+    required parameter ports`), a plain GET where a tunnel was meant, or a port-forward call stays
+    installed. Eight threads, each listing and forwarding at once."""
     from kubernetes.client import ApiClient
 
     pods = tunnel()
@@ -190,6 +191,24 @@ def test_concurrent_dials_each_get_a_websocket_tunnel(registry, api):
     assert len(api.tunnels) == 8
     assert getattr(pods._core().api_client.call_api, "__func__", None) is ApiClient.call_api
     assert pods.ready_pod() == "registry-7d9f-abcde"  # a plain list still works on the same client
+
+
+def test_a_pod_list_while_a_port_forward_opens_goes_out_as_a_list(registry, api):
+    """Deterministic overlap of the two: a slow port-forward handshake, and a list meanwhile on the
+    same tunnel's client (what a re-list does while another connection opens). Without the tunnel's
+    `calls` lock the list would go through portforward's swapped call_api and fail."""
+    pods = tunnel()
+    assert pods.ready_pod() == "registry-7d9f-abcde"
+    api.handshake_delay = 0.5
+    opened = []
+    opening = threading.Thread(target=lambda: opened.append(pods.dial(5)))
+    opening.start()
+    while not any(kind == "create pods/portforward" for _m, _p, kind in api.requests):
+        threading.Event().wait(0.01)
+    assert pods.ready_pod() == "registry-7d9f-abcde"
+    opening.join(10)
+    assert len(opened) == 1 and len(api.tunnels) == 1
+    opened[0].close()
 
 
 # --- the build provider ----------------------------------------------------------------------------
