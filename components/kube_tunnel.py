@@ -214,7 +214,8 @@ class PodTunnel:
         again once and the new choice tried."""
         from kubernetes.client.exceptions import ApiException
 
-        timeout = self.request_timeout if timeout is None else timeout
+        # http.client passes its own default (a sentinel object) when it was given no timeout.
+        timeout = timeout if isinstance(timeout, (int, float)) and timeout > 0 else self.request_timeout
         pod = self._pod or self.ready_pod()
         for attempt in (1, 2):
             try:
