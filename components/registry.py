@@ -107,8 +107,11 @@ class RegistryConfig(ConfigModel):
     """Shared: the platform namespace of the stack that runs the registry; unset means this
     stack's own platform namespace (one platform namespace shared by both stacks)."""
     push_host: Optional[str] = None
-    """Managed and shared: host[:port] `pulumi up` pushes to; unset means `localhost:<nodePort>`
-    through a port-forward. Set it to the Ingress or LoadBalancer address to push without one."""
+    """Managed and shared: host[:port] at which `pulumi up` reaches the registry (local builds push
+    there; in-cluster builds upload contexts and read digests there). Unset: in-cluster builds use
+    `pulumi up`'s own tunnel through the Kubernetes API (no port-forward), local builds
+    `localhost:<nodePort>` through a port-forward. Set it to the Ingress or LoadBalancer address to
+    reach the registry without either."""
     build_platform: Optional[BuildPlatform] = None
     """Platform of the entity images the test stack builds, `os/arch[/variant]` (e.g. `linux/arm64`):
     the nodes' OS/architecture. Unset builds for the architecture of the machine running `pulumi up`
