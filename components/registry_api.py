@@ -466,7 +466,7 @@ class DistributionRegistry:
                     raise
                 break
             try:
-                content = self._read(response, limit, what)
+                content = self._read(response, 0 if method == "HEAD" else limit, what)
             except BaseException:
                 connection.close()
                 raise
@@ -483,9 +483,11 @@ class DistributionRegistry:
 
     def _read(self, response: http.client.HTTPResponse, limit: int, what: str) -> bytes:
         """The whole body in chunks, within `limit` bytes and the deadline (read1 returns after each
-        arrival, so a server dripping bytes is caught)."""
+        arrival, so a server dripping bytes is caught). A HEAD answer has no body: its Content-Length
+        is the size of what a GET would answer (RFC 9110 9.3.2; a blob's size), not checked against
+        the cap, and http.client reads nothing for it (`_method == "HEAD"`); `limit` 0 for HEAD."""
         declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if limit and declared.isdigit() and int(declared) > limit:
             raise RegistryError(f"{what}: the answer has {declared} bytes, more than the {limit} bytes allowed")
         chunks, size = [], 0
         while True:

@@ -260,3 +260,20 @@ def logged(monkeypatch) -> list[str]:
     monkeypatch.setattr(entity_build.pulumi.log, "info", lambda message, *a, **k: messages.append(message))
     monkeypatch.setattr(entity_build.pulumi.log, "warn", lambda message, *a, **k: messages.append("warn: " + message))
     return messages
+
+
+@pytest.mark.parametrize("through_tunnel", [False, True], ids=["direct", "tunnel"])
+def test_a_blob_over_the_answer_cap_is_found_by_its_head(registry, api, through_tunnel):
+    """A retried build whose context (> 1 MiB) is already uploaded skips the upload: the HEAD's
+    Content-Length is the blob's size (no body follows), never held against the 1 MiB answer cap."""
+    data = hashlib.sha256(b"seed").digest() * (2 * 1024 * 1024 // 32)  # 2 MiB
+    assert len(data) > registry_api.MAX_SMALL_ANSWER_BYTES
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    regs = client(registry, tunnel().dial) if through_tunnel else registry_api.for_url(
+        registry.url, Credentials(*registry.auth))
+    repository = f"builds/shop/big-{'tunnel' if through_tunnel else 'direct'}"  # one registry per module
+    assert regs.blob_exists(repository, digest) is False
+    regs.upload_blob(repository, digest, data)
+    assert regs.blob_exists(repository, digest) is True
+    assert regs.blob_exists(repository, digest) is True  # the connection is still usable afterwards
+    assert bool(api.tunnels) is through_tunnel
