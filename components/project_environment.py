@@ -194,25 +194,41 @@ def entity_service_spec(service_name: str) -> dict:
     }
 
 
-def entity_network_policy_spec(
-    service_name: str, store: Optional[network.Endpoint], kubernetes_api: network.KubernetesApi
-) -> dict:
-    """NetworkPolicy spec of one entity's pods (selected by the operator's label): its proxies
-    form an Akka cluster with each other and list their pods through the Kubernetes API; every
-    entity pod of the namespace may call its proxy (entities call each other through their
-    Services, port 80 -> 8013); it may call the other entities and its store. Nothing else: a
-    policy selects pods, not containers, so the user container shares the proxy's egress
-    (docs/network-policies.md). Callers from other namespaces need a policy of their own."""
-    own = network.pods({SERVICE_LABEL: service_name})
+ENTITIES_POLICY = "entities.shared"
+"""The name of the NetworkPolicy every entity pod of a namespace shares. NetworkPolicy names are DNS
+subdomains (kubernetes pkg/apis/networking/validation `ValidateNetworkPolicyName`), Services' are DNS
+labels, so a name with a dot is no entity's: each entity's own policy is named after its Service
+(`<project>-<entity>`, or project-state's configurable name, which could be `entities`)."""
+
+
+def entities_network_policy_spec(kubernetes_api: network.KubernetesApi) -> dict:
+    """NetworkPolicy spec shared by every entity pod of a namespace (selected by the operator's
+    label, whatever its value): every entity pod may call every entity's proxy (entities call each
+    other through their Services, port 80 -> 8013), and the proxies list their pods through the
+    Kubernetes API (Akka's Kubernetes discovery). What differs per entity is in
+    `entity_network_policy_spec`; policies add up (docs/network-policies.md). One policy per
+    namespace rather than these rules in each entity's keeps the render linear in small objects."""
     entities = network.pods(expressions=[network.label_exists(SERVICE_LABEL)])
+    return network.spec(
+        {"matchExpressions": [network.label_exists(SERVICE_LABEL)]},
+        ingress_rules=[network.ingress([entities], [PROXY_PORT])],
+        egress_rules=[network.egress([entities], [PROXY_PORT]), network.kubernetes_api(kubernetes_api)],
+    )
+
+
+def entity_network_policy_spec(service_name: str, store: Optional[network.Endpoint]) -> dict:
+    """NetworkPolicy spec of one entity's pods (selected by the operator's label), beside the shared
+    `entities_network_policy_spec`: its proxies form an Akka cluster with each other, and it may call
+    its store. Nothing else: a policy selects pods, not containers, so the user container shares the
+    proxy's egress (docs/network-policies.md). Callers from other namespaces need a policy of their own."""
+    own = network.pods({SERVICE_LABEL: service_name})
     cluster_ports = [REMOTING_PORT, MANAGEMENT_PORT]
-    egress = [network.egress([own], cluster_ports), network.egress([entities], [PROXY_PORT])]
+    egress = [network.egress([own], cluster_ports)]
     if store is not None:
         egress.append(network.to(store))
-    egress.append(network.kubernetes_api(kubernetes_api))
     return network.spec(
         {"matchLabels": {SERVICE_LABEL: service_name}},
-        ingress_rules=[network.ingress([entities], [PROXY_PORT]), network.ingress([own], cluster_ports)],
+        ingress_rules=[network.ingress([own], cluster_ports)],
         egress_rules=egress,
     )
 
@@ -320,6 +336,21 @@ class ProjectEnvironment(Component):
                 opts=self.child_opts(depends_on=list(args.builds)),
             ))
 
+        # Every entity pod's rules but its own Akka cluster's and its store's. Each entity's policy
+        # depends on it: on an upgrade from per-entity policies that held these rules too, the engine
+        # creates this one before it narrows any entity's, so no flow is ever closed in between. The
+        # SDK registers a resource only once its dependencies' URNs resolve (pulumi 3.272.0
+        # sdk/python/lib/pulumi/runtime/resource.py `_prepare_resource`, `depends_on` URNs awaited),
+        # and the engine answers a registration when its step is done (pulumi/pulumi
+        # pkg/resource/deploy/source_eval.go resmon.RegisterResource). tests/test_network_policies.py
+        # checks the order on the engine model.
+        shared_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-{ENTITIES_POLICY}-network-policy",  # entities' carry their Service name: no dot
+            metadata=kb.metadata(ENTITIES_POLICY, ns, component),
+            spec=entities_network_policy_spec(args.kubernetes_api),
+            opts=child,
+        )
+
         self.services: list[str] = []
         for entity in args.entities:
             waits = [*args.depends_on, operator_binding, pull_secret, account, binding,
@@ -345,10 +376,8 @@ class ProjectEnvironment(Component):
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-{entity.service_name}-network-policy",
                 metadata=kb.metadata(entity.service_name, ns, component),
-                spec=entity_network_policy_spec(
-                    entity.service_name, store_endpoint if entity.needs_store else None, args.kubernetes_api
-                ),
-                opts=child,
+                spec=entity_network_policy_spec(entity.service_name, store_endpoint if entity.needs_store else None),
+                opts=self.child_opts(depends_on=[shared_policy]),
             )
             k8s.autoscaling.v2.HorizontalPodAutoscaler(
                 f"{name}-{entity.service_name}-replicas",

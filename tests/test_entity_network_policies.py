@@ -1,0 +1,303 @@
+"""The entity pods' NetworkPolicies: one policy per namespace holds what every entity pod shares (the
+entity proxies' port among them, the Kubernetes API), each entity's own policy only its Akka cluster
+ports and its store (issue 12 item 12: the render's per-entity cost).
+
+Both checks run against the rules as they were before the split, rebuilt here by
+`old_entity_network_policy_spec` (the per-entity spec until commit af740c6, unchanged but for its
+name; its store endpoint is derived from the stack's config, not from the new policies):
+
+- the same traffic: every flow to or from an entity pod that the simulator of
+  tests/test_network_policies.py allows is allowed before and after, and nothing else is;
+- an upgrade without a window: on the engine model (cloudstation_tools/engine.py) the old graph
+  becomes the new one by in-place updates of the entity policies and the creation of the shared one,
+  which every entity policy waits for, so no flow is closed while `pulumi up` runs.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import ipaddress
+import re
+from typing import Optional
+from unittest import mock
+
+import pytest
+
+from cloudstation_tools import engine, render
+from components import cassandra, network, postgres
+from components.project_environment import (
+    ENTITIES_POLICY, MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL, entities_network_policy_spec,
+)
+from infra import config as stack_config
+from tests import cloudstate_variants
+from tests.armada_variants import config_of as stack_file_config
+from tests.conftest import ROOT, objects
+from tests.test_network_policies import (
+    INTERNET, PROBE_PORTS, SERVICE_IP, USER, Address, Cluster, Pod, cluster_of, every_rule,
+)
+
+POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+VARIANTS = ("non-owner", "owner-external-cassandra")
+"""CloudState variants with a managed Cassandra and external stores (tests/cloudstate_variants.py)."""
+
+
+def old_entity_network_policy_spec(
+    service_name: str, store: Optional[network.Endpoint], kubernetes_api: network.KubernetesApi
+) -> dict:
+    """components/project_environment.py `entity_network_policy_spec` at commit af740c6, before the
+    shared policy: everything an entity pod needs, in each entity's policy."""
+    own = network.pods({SERVICE_LABEL: service_name})
+    entities = network.pods(expressions=[network.label_exists(SERVICE_LABEL)])
+    cluster_ports = [REMOTING_PORT, MANAGEMENT_PORT]
+    egress = [network.egress([own], cluster_ports), network.egress([entities], [PROXY_PORT])]
+    if store is not None:
+        egress.append(network.to(store))
+    egress.append(network.kubernetes_api(kubernetes_api))
+    return network.spec(
+        {"matchLabels": {SERVICE_LABEL: service_name}},
+        ingress_rules=[network.ingress([entities], [PROXY_PORT]), network.ingress([own], cluster_ports)],
+        egress_rules=egress,
+    )
+
+
+# --- the stacks, and their policies as they were -----------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def variant_render(name: str) -> render.Rendered:
+    return cloudstate_variants.variant(name)
+
+
+@functools.lru_cache(maxsize=None)
+def variant_config(name: str) -> stack_config.StackConfig:
+    """The config a CloudState variant is rendered from: its stack file, caught on its way to
+    `render.render` (the variant's own function, uncached, with the render itself left out)."""
+    caught = {}
+
+    def catch(stack: str, stack_file: render.StackFile, **_) -> None:
+        caught["file"] = stack_file
+
+    with mock.patch.object(render, "render", catch):
+        cloudstate_variants.variant.__wrapped__(name)
+    return stack_config.load(caught["file"].values, root=ROOT)
+
+
+def config_of(rendered: render.Rendered) -> stack_config.StackConfig:
+    for name in VARIANTS:
+        if rendered is variant_render(name):
+            return variant_config(name)
+    return stack_file_config(rendered)
+
+
+def renders(rendered_stacks) -> dict[str, dict[str, render.Rendered]]:
+    """Cluster name -> the stacks in it: both stack files share one cluster; each variant its own."""
+    return {"shared": dict(rendered_stacks), **{name: {"test": variant_render(name)} for name in VARIANTS}}
+
+
+def store_endpoint(rendered: render.Rendered, statefulservice: dict) -> Optional[network.Endpoint]:
+    """The endpoint of the entity's store, from the stack's config: the StatefulStore the entity names
+    (`<environment>-<kind>`) and the platform's settings of that kind (as CloudStateStore builds it)."""
+    datastore = statefulservice["spec"].get("datastore")
+    if not datastore:
+        return None
+    name = datastore["name"]
+    kind = name.rsplit("-", 1)[-1]
+    settings = getattr(config_of(rendered).platform.stores, kind)
+    return {"postgres": postgres.server_endpoint, "cassandra": cassandra.server_endpoint}[kind](name, settings)
+
+
+def old_policies(rendered: render.Rendered) -> dict[tuple[str, str], dict]:
+    """(namespace, name) -> each entity's NetworkPolicy as the previous version rendered it."""
+    api = config_of(rendered).platform.kubernetes_api
+    return {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"namespace": o["metadata"]["namespace"], "name": o["metadata"]["name"]},
+            "spec": old_entity_network_policy_spec(o["metadata"]["name"], store_endpoint(rendered, o), api),
+        }
+        for o in objects(rendered, "StatefulService")
+    }
+
+
+def entity_namespaces(rendered: render.Rendered) -> set[str]:
+    return {o["metadata"]["namespace"] for o in objects(rendered, "StatefulService")}
+
+
+def shared_policies(rendered: render.Rendered) -> list[dict]:
+    return [p for p in objects(rendered, "NetworkPolicy") if p["metadata"]["name"] == ENTITIES_POLICY]
+
+
+def as_before(stacks: dict[str, render.Rendered], cluster: Cluster) -> Cluster:
+    """The same cluster with the entity policies of the previous version: each entity's policy as it
+    was, no shared policy."""
+    old = {key: policy for rendered in stacks.values() for key, policy in old_policies(rendered).items()}
+    shared = {(ns, ENTITIES_POLICY) for rendered in stacks.values() for ns in entity_namespaces(rendered)}
+    kept = [p for p in cluster.policies if (p["metadata"]["namespace"], p["metadata"]["name"]) not in {*old, *shared}]
+    assert len(kept) == len(cluster.policies) - len(old) - len(shared), "every entity has a policy, every namespace one shared"
+    return Cluster(cluster.namespaces, cluster.pods, kept + list(old.values()))
+
+
+def entity_flows(cluster: Cluster, stacks: dict[str, render.Rendered]) -> set[tuple]:
+    """Every (source, destination, port, protocol) the cluster allows where the source or the
+    destination is an entity pod; peers are every pod and an address in each block any policy names
+    (plus the Service IP, the internet and a user), ports every port any policy names and the usual."""
+    policies = cluster.policies
+    ports = PROBE_PORTS | {p["port"] for _, _, rule in every_rule(policies) for p in rule["ports"] if isinstance(p["port"], int)}
+    blocks = {peer["ipBlock"]["cidr"] for _, key, rule in every_rule(policies) for peer in rule[key] if "ipBlock" in peer}
+    networks = [ipaddress.ip_network(b) for b in sorted(blocks)]
+    addresses = [Address(str(next(iter(n.hosts()), n.network_address))) for n in networks if n.prefixlen]
+    addresses += [Address(SERVICE_IP), Address(INTERNET), Address(USER)]
+    peers: list[Pod | Address] = [*cluster.pods, *addresses]
+    namespaces = {ns for rendered in stacks.values() for ns in entity_namespaces(rendered)}
+    entity_pods = [p for p in cluster.pods if p.namespace in namespaces and SERVICE_LABEL in p.labels]
+    assert entity_pods
+    found = set()
+    for pod in entity_pods:
+        for peer in peers:
+            for port in ports:
+                for protocol in (("TCP", "UDP") if port == 53 else ("TCP",)):
+                    if cluster.allowed(pod, peer, port, protocol):
+                        found.add((pod, peer, port, protocol))
+                    if cluster.allowed(peer, pod, port, protocol):
+                        found.add((peer, pod, port, protocol))
+    return found
+
+
+def show(flows: set[tuple]) -> list[str]:
+    def name(end) -> str:
+        return f"{end.namespace}/{end.name}" if isinstance(end, Pod) else end.ip
+    return sorted(f"{name(a)} -> {name(b)}:{port}/{protocol}" for a, b, port, protocol in flows)
+
+
+# --- the same traffic ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["shared", *VARIANTS])
+def test_entity_pods_have_exactly_the_flows_the_per_entity_policies_allowed(which, rendered_stacks):
+    """Both stack files in their shared cluster, and the variants with a managed Cassandra and
+    external PostgreSQL/Cassandra: the flows to and from every entity pod are the same set."""
+    stacks = renders(rendered_stacks)[which]
+    after = cluster_of(stacks)
+    before = as_before(stacks, after)
+    old, new = entity_flows(before, stacks), entity_flows(after, stacks)
+    assert old, "the old policies allow something (the check sees flows)"
+    assert new == old, {"lost": show(old - new), "gained": show(new - old)}
+
+
+def test_one_shared_policy_per_entity_namespace(rendered_stacks):
+    """Each namespace with entities has the shared policy once, as the pure function builds it from
+    the stack's `platform.kubernetesApi`; each entity's own policy keeps only its Akka cluster
+    ports (both ways, with its own pods) and its store."""
+    for rendered in renders(rendered_stacks)["shared"].values():
+        api = config_of(rendered).platform.kubernetes_api
+        shared = shared_policies(rendered)
+        assert sorted(p["metadata"]["namespace"] for p in shared) == sorted(entity_namespaces(rendered))
+        assert all(p["spec"] == entities_network_policy_spec(api) for p in shared)
+        policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in objects(rendered, "NetworkPolicy")}
+        for o in objects(rendered, "StatefulService"):
+            spec = policies[(o["metadata"]["namespace"], o["metadata"]["name"])]["spec"]
+            assert spec["policyTypes"] == ["Ingress", "Egress"]
+            own = network.pods({SERVICE_LABEL: o["metadata"]["name"]})
+            assert spec["ingress"] == [network.ingress([own], [REMOTING_PORT, MANAGEMENT_PORT])]
+            store = store_endpoint(rendered, o)
+            assert spec["egress"] == [network.egress([own], [REMOTING_PORT, MANAGEMENT_PORT]),
+                                      *([network.to(store)] if store else [])]
+
+
+def test_the_shared_policy_name_is_no_entitys():
+    """Entity policies are named after their Service (`<project>-<entity>`, or project-state's name):
+    the config refuses either name with a dot, and the shared policy's has one (a NetworkPolicy name
+    is a DNS subdomain, so it may)."""
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+", ENTITIES_POLICY)
+    state = cloudstate_variants.edited("test", platform=lambda p: {**p, "projectState": {"name": ENTITIES_POLICY}})
+    with pytest.raises(stack_config.ConfigError, match=re.escape(f"platform.projectState.name: '{ENTITIES_POLICY}'")):
+        stack_config.load(state.values)
+    entity = cloudstate_variants.edited(
+        "test", projects=lambda projects: [{**projects[0], "entities": [{**projects[0]["entities"][0], "name": "a.b"}]}])
+    with pytest.raises(stack_config.ConfigError, match=re.escape("projects[0].entities[0].name: 'a.b'")):
+        stack_config.load(entity.values)
+
+
+# --- the upgrade -----------------------------------------------------------------------------------
+
+
+def graph_before(rendered: render.Rendered) -> engine.Graph:
+    """The registrations the previous version made: no shared policy, each entity's policy with its
+    old spec and no dependency on the shared one; everything else as now."""
+    old = old_policies(rendered)
+    shared = {r.urn for r in rendered_graph(rendered).objects
+              if r.kind == "NetworkPolicy" and r.object_name == ENTITIES_POLICY}
+    entries = []
+    for entry in rendered.resources():
+        if entry["urn"] in shared:
+            continue
+        entry = copy.deepcopy(entry)
+        meta = (entry.get("inputs") or {}).get("metadata") or {}
+        key = (meta.get("namespace"), meta.get("name"))
+        if entry["type"] == POLICY and key in old:
+            entry["inputs"]["spec"] = old[key]["spec"]
+        entry["dependsOn"] = [u for u in entry.get("dependsOn") or () if u not in shared]
+        entries.append(entry)
+    return engine.Graph(entries)
+
+
+def rendered_graph(rendered: render.Rendered) -> engine.Graph:
+    return engine.Graph(rendered.resources())
+
+
+def upgrade_problems(before: engine.Graph, after: engine.Graph) -> list[str]:
+    """What goes wrong when `pulumi up` turns `before` into `after` for the entity policies: one
+    replaced (deleted, then created: a window) or refused, a shared policy missing, or an entity
+    policy that the engine may narrow before the shared one exists (it does not wait for it)."""
+    problems = []
+    created = [r for r in after.objects if r.urn not in before.by_urn]
+    shared = [r for r in created if r.kind == "NetworkPolicy" and r.object_name == ENTITIES_POLICY]
+    for change in engine.changes(before, after):
+        label = change.new.label()
+        if change.new.kind != "NetworkPolicy":
+            problems.append(f"{label}: changed, though only NetworkPolicies should")
+            continue
+        if change.replaced or change.problems():
+            problems.append(f"{label}: not an in-place update ({change.problems() or 'replaced'})")
+        ours = [s for s in shared if s.namespace == change.new.namespace]
+        if not ours:
+            problems.append(f"{label}: narrowed, but no shared policy is created in its namespace")
+        elif not all(s.urn in after.waits_for(change.new.urn) for s in ours):
+            problems.append(f"{label}: may be narrowed before {ours[0].label()} exists")
+    return problems
+
+
+@pytest.mark.parametrize("which", ["test", "prod", *VARIANTS])
+def test_an_upgrade_creates_the_shared_policy_before_it_narrows_any_entitys(which, rendered_stacks):
+    """From the previous version: each entity's policy is updated in place (same name, fewer rules;
+    NetworkPolicy `.spec` is in no forceNew list), the shared policy is created, and each updated
+    policy depends on it, so the engine creates it first (the SDK registers a resource only once its
+    dependencies' registrations have completed: components/project_environment.py cites the source)."""
+    rendered = rendered_stacks[which] if which in rendered_stacks else variant_render(which)
+    before, after = graph_before(rendered), rendered_graph(rendered)
+    changed = engine.changes(before, after)
+    assert sorted(c.new.label() for c in changed) == sorted(
+        r.label() for r in after.objects
+        if r.kind == "NetworkPolicy" and (r.namespace, r.object_name) in old_policies(rendered)
+    )
+    created = [r for r in after.objects if r.urn not in before.by_urn]
+    assert sorted(r.namespace for r in created) == sorted(entity_namespaces(rendered))
+    assert all(r.object_name == ENTITIES_POLICY for r in created)
+    assert upgrade_problems(before, after) == []
+
+
+def test_the_upgrade_check_fails_when_an_entity_policy_does_not_wait(rendered_stacks):
+    """The check sees the order: without the dependency an entity's policy may be narrowed first."""
+    rendered = rendered_stacks["test"]
+    before, after = graph_before(rendered), rendered_graph(rendered)
+    shared = {r.urn for r in after.objects if r.object_name == ENTITIES_POLICY}
+    unordered = engine.Graph([
+        {**entry, "dependsOn": [u for u in entry.get("dependsOn") or () if u not in shared]}
+        for entry in rendered.resources()
+    ])
+    problems = upgrade_problems(before, unordered)
+    assert len(problems) == len(old_policies(rendered)), problems
+    assert all("may be narrowed before" in p for p in problems)
+    # And without the shared policy at all (the rules simply dropped), every narrowing is a problem.
+    dropped = engine.Graph([e for e in rendered.resources() if e["urn"] not in shared])
+    assert len(upgrade_problems(before, dropped)) == len(old_policies(rendered))
