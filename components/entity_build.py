@@ -28,8 +28,14 @@ Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at
 - Refresh: `read` answers an empty id when the registry no longer has the tag; the engine then
   treats the resource as deleted (pkg/resource/deploy/step.go RefreshStep.Apply, "If the ID is
   blank treat this as a delete"), and the next `pulumi up` creates it again, i.e. rebuilds.
-- Diff: only `contentTag` and `builder` replace (a new image); any other change (URLs, the
-  registry tunnel, credentials, poll settings, even the pod spec's formatting) is no change, and
+- Diff: only `contentTag` and `builder` replace (a new image). A change of how the registry is
+  reached (`registryUrl`, `registryTunnel`, `registryAuthorization`, `REGISTRY_ACCESS_INPUTS`) is an
+  update without replacement: a same step keeps the OLD outputs (pkg/resource/deploy/step.go
+  `SameStep.Apply`: `s.new.Outputs = s.old.Outputs`) and `pulumi refresh` hands those to `read`
+  (dynamic/__main__.py `Read`: "On refresh the engine passes prior outputs"), so without the update
+  a refresh would still go to the old address (e.g. a stack built before the tunnel existed, at
+  http://localhost:32000). The update finds the tag (one HEAD, no job) and rewrites the outputs.
+  Any other change (Armada URLs, poll settings, even the pod spec's formatting) is no change, and
   the engine records the new inputs with the old outputs (a same step).
 
 The registry API (tag check, context upload, digest) is reached at `registryUrl`, or, with
@@ -68,6 +74,8 @@ CONTEXT_ANNOTATION = "cloudstation.io/build-context"
 IMAGE_ANNOTATION = "cloudstation.io/build-image"
 REPLACING_INPUTS = ("contentTag", "builder")
 """The only inputs whose change builds again (a new content hash, or other build settings)."""
+REGISTRY_ACCESS_INPUTS = ("registryUrl", "registryTunnel", "registryAuthorization")
+"""Inputs whose change is an update (no build when the tag exists), so `read` gets the new ones."""
 REQUIRED_INPUTS = (
     "contentTag", "contextDigest", "contextDir", "dockerfileText", "repository", "pullHost", "registryUrl",
     "armadaUrl", "queue", "jobSetId", "jobItem", "timeoutSeconds", "pollSeconds",
@@ -266,8 +274,10 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in problems(news)])
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        # `olds` are the previous outputs (dynamic/__main__.py `Diff`), which repeat the inputs.
         replaces = [key for key in REPLACING_INPUTS if olds.get(key) != news.get(key)]
-        return dynamic.DiffResult(changes=bool(replaces), replaces=replaces, delete_before_replace=False)
+        access = any(olds.get(key) != news.get(key) for key in REGISTRY_ACCESS_INPUTS)
+        return dynamic.DiffResult(changes=bool(replaces) or access, replaces=replaces, delete_before_replace=False)
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         outs = self._ensure(props)

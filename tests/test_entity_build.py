@@ -354,6 +354,27 @@ def test_refresh_checks_the_registry_and_a_gone_tag_reads_as_deleted(registry, t
     assert any("no longer in the registry" in m for m in logged)
 
 
+def test_new_registry_access_is_an_update_that_refresh_then_uses(registry, tmp_path, logged):
+    """A same step keeps the old outputs and refresh reads with them (pulumi step.go SameStep.Apply,
+    dynamic/__main__.py Read): a registry address that changed is an update (no job: the tag is
+    there), after which refresh goes to the new address."""
+    context = make_context(tmp_path / "cart", extra="// moved\n")
+    gone = f"http://127.0.0.1:{free_port()}"  # where the registry was reached when the image was built
+    old_props = props_for(context, gone, basic(registry), "http://127.0.0.1:1")  # Armada: any job would fail
+    digest = push_image(registry, tmp_path, "shop/cart", old_props["contentTag"], b"moved")
+    old_outs = {**old_props, "digest": digest, "ref": "old", "jobId": "j-1"}
+    with pytest.raises(Exception, match="cannot reach"):
+        EntityBuildProvider().read(f"shop/cart:{old_props['contentTag']}", old_outs)  # the stale place
+    news = {**old_props, "registryUrl": registry.url}
+    diff = EntityBuildProvider().diff("id", old_outs, news)
+    assert diff.changes is True and diff.replaces == []
+    updated = EntityBuildProvider().update("id", old_outs, news)
+    assert updated.outs["registryUrl"] == registry.url and updated.outs["digest"] == digest
+    assert updated.outs["jobId"] == "" and any("nothing to build" in m for m in logged)
+    read = EntityBuildProvider().read(f"shop/cart:{old_props['contentTag']}", updated.outs)
+    assert read.outs["digest"] == digest and read.outs["registryUrl"] == registry.url
+
+
 def test_delete_removes_nothing(tmp_path):
     # Every URL points at a closed port: any request would raise.
     props = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:1")
@@ -366,12 +387,16 @@ def test_delete_removes_nothing(tmp_path):
 def test_diff_replaces_only_on_the_content_tag_or_the_builder(tmp_path):
     old = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:2")
     provider = EntityBuildProvider()
-    for key, value in [("registryUrl", "https://registry.example"), ("armadaUrl", "https://armada.example"),
-                       ("registryAuthorization", "Basic b3RoZXI6cHc="), ("armadaAuthorization", "Basic b3RoZXI6cHc="),
+    for key, value in [("armadaUrl", "https://armada.example"), ("armadaAuthorization", "Basic b3RoZXI6cHc="),
                        ("timeoutSeconds", 99), ("pollSeconds", 9), ("jobSetId", "shop-other"),
                        ("jobItem", job_item_text({**job_item_of(old), "priority": 2})), ("contextDir", "../elsewhere")]:
         diff = provider.diff("id", old, {**old, key: value})
         assert diff.changes is False and diff.replaces == [], key
+    # How the registry is reached: an update (outputs rewritten for refresh), never a replacement.
+    for key, value in [("registryUrl", "https://registry.example"), ("registryAuthorization", "Basic b3RoZXI6cHc="),
+                       ("registryTunnel", {"namespace": "cloudstation", "selector": {"app": "registry"}, "port": 5000})]:
+        diff = provider.diff("id", old, {**old, key: value})
+        assert diff.changes is True and diff.replaces == [], key
     for key, value in [("contentTag", "f" * 32), ("builder", {"image": "builder@sha256:" + "c" * 64})]:
         diff = provider.diff("id", old, {**old, key: value})
         assert diff.changes is True and diff.replaces == [key] and diff.delete_before_replace is False

@@ -240,11 +240,39 @@ def test_the_tunnel_is_no_replacing_input_and_a_bad_one_is_refused(tmp_path):
     tunnel_input = {"namespace": NAMESPACE, "selector": SELECTOR, "port": PORT}
     for news in ({**old, "registryTunnel": tunnel_input}, {**old, "registryTunnel": {**tunnel_input, "context": "x"}}):
         diff = provider.diff("id", {**old, "registryTunnel": {**tunnel_input, "port": 5001}}, news)
-        assert diff.changes is False and diff.replaces == []
+        assert diff.changes is True and diff.replaces == []  # an update: refresh must get the new tunnel
+    same = {**old, "registryTunnel": {**tunnel_input, "port": float(PORT)}}  # numbers arrive as doubles
+    assert provider.diff("id", same, {**old, "registryTunnel": tunnel_input}).changes is False
     for bad in ({"namespace": NAMESPACE, "selector": {}, "port": PORT}, {"namespace": "", "selector": SELECTOR, "port": 1},
                 {"namespace": NAMESPACE, "selector": SELECTOR, "port": 70000}, "cloudstation/registry"):
         failures = provider.check({}, {**old, "registryTunnel": bad}).failures
         assert [f.property for f in failures] == ["registryTunnel"], bad
+
+
+def test_a_stack_built_before_the_tunnel_updates_its_outputs_so_refresh_uses_the_tunnel(
+        registry, api, tmp_path, logged):
+    """Outputs from before the tunnel existed (registryUrl http://localhost:32000, no
+    registryTunnel): a same step would keep them and refresh would go there (pulumi step.go
+    SameStep.Apply keeps old outputs; dynamic/__main__.py Read gets them). The diff is an update,
+    which finds the tag through the tunnel (no job) and writes outputs a refresh then uses."""
+    context = make_context(tmp_path / "cart", extra="// before the tunnel\n")
+    stale = f"http://127.0.0.1:{free_port()}"  # the old port-forward, gone
+    old_props = props_for(context, stale, basic(registry), "http://127.0.0.1:1")  # Armada: any job would fail
+    digest = push_image(registry, tmp_path, "shop/cart", old_props["contentTag"], b"before the tunnel")
+    old_outs = {**old_props, "digest": digest, "ref": "old", "jobId": "j-1"}
+    resource_id = f"shop/cart:{old_props['contentTag']}"
+    with pytest.raises(RegistryError, match="cannot reach"):
+        EntityBuildProvider().read(resource_id, old_outs)
+    target = {"namespace": NAMESPACE, "selector": SELECTOR, "port": float(PORT)}
+    news = {**old_props, "registryUrl": IN_CLUSTER_URL, "registryTunnel": target}
+    diff = EntityBuildProvider().diff(resource_id, old_outs, news)
+    assert diff.changes is True and diff.replaces == []
+    updated = EntityBuildProvider().update(resource_id, old_outs, news)
+    assert updated.outs["digest"] == digest and updated.outs["jobId"] == ""
+    assert updated.outs["registryTunnel"] == target and api.tunnels
+    before = len(api.tunnels)
+    assert EntityBuildProvider().read(resource_id, updated.outs).outs["digest"] == digest
+    assert len(api.tunnels) > before
 
 
 def test_the_dialer_reads_kubeconfig_when_the_tunnel_is_made(monkeypatch, tmp_path):
