@@ -13,6 +13,9 @@ Why not the API server's service proxy: kube-apiserver deletes the Authorization
 authenticating a request (k8s.io/apiserver pkg/endpoints/filters/authentication.go), so a
 registry's Basic auth could not reach the registry through it; a port-forward carries opaque bytes.
 
+The registry's Basic credentials cross the API connection: a kubeconfig whose server is plain
+`http://` to a non-loopback host is refused, and `insecure-skip-tls-verify: true` logs a warning.
+
 RBAC the deployer needs in `namespace`: `list` on pods, and `get` and `create` on pods/portforward
 (a WebSocket upgrade is a GET, authorized as `get`; since Kubernetes 1.35 also as `create`,
 feature gate AuthorizePodWebsocketUpgradeCreatePermission, kubernetes/kubernetes#134577).
@@ -27,8 +30,25 @@ Upstream behaviour relied on (kubernetes Python client 37.0.1, as installed):
   TCP connection to the pod.
 - `_websocket_request` swaps `api_client.call_api` for the duration of the call: any other call
   on that ApiClient meanwhile (a pod list, another port-forward) would go through the swapped one,
-  and overlapping swaps can leave it installed, so every call on a tunnel's ApiClient holds the
-  tunnel's `calls` lock.
+  and overlapping swaps can leave it installed, so every call (each list, each port-forward) gets
+  its own `ApiClient` over the shared, loaded `Configuration`: no lock, so a hung handshake holds
+  up nothing but itself.
+- Loading a kubeconfig runs its exec plugin (eks get-token, gke-gcloud-auth-plugin, kubelogin) and
+  writes inline CA/certificate data to temp files (config/kube_config.py
+  `_create_temp_file_with_content`, which records the file name before writing it, so concurrent
+  loads can read a half-written CA file): one load per (kubeconfig, context) per process
+  (`load_configuration`, under one lock); the loaded token is refreshed on expiry by the
+  Configuration's `refresh_api_key_hook` (kube_config.py `_set_config`).
+- Without a kubeconfig file, no context and `KUBERNETES_SERVICE_HOST` set (`pulumi up` in a CI
+  pod), the pod's service account is used (config/incluster_config.py `InClusterConfigLoader`:
+  https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the token and ca.crt under
+  /var/run/secrets/kubernetes.io/serviceaccount), as client-go's `clientcmd` falls back to
+  `rest.InClusterConfig` (which pulumi-kubernetes uses).
+- A pod port that refuses after the handshake: the kubelet writes the error on the port's error
+  channel (kubernetes pkg/kubelet/cri/streaming/portforward/portforward.go
+  `handleStreamPortForwardErr`: JSON `{closeConnection, message}`; older kubelets plain text) and
+  `PortForward._proxy` stores it (`PortForward.error(port)`) before closing our socket, so at EOF
+  the message is there: `_ForwardSocket` raises it as a `TunnelError` naming the pod.
 - The WebSocket handshake has no timeout (`create_websocket` passes none to websocket-client,
   whose `WebSocket` then blocks), so it runs in a worker thread that `dial` waits for at most
   `timeout` seconds.
@@ -40,16 +60,92 @@ Upstream behaviour relied on (kubernetes Python client 37.0.1, as installed):
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 import threading
 from typing import Any, Callable, Mapping, Optional
+from urllib.parse import urlsplit
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+IN_CLUSTER = "the pod's service account"
 RBAC_HINT = "`list` on pods and `get` and `create` on pods/portforward"
+
 
 class TunnelError(Exception):
     """No tunnel to the pod; str() names the namespace, selector and context, and what to fix."""
+
+
+class ForwardClosed(TunnelError, ConnectionResetError):
+    """The kubelet closed a port-forward that had carried answers before, with an error message:
+    a ConnectionResetError too, so an HTTP client retries a reused idle connection on a new one."""
+
+
+_configurations: dict[tuple, Any] = {}
+_configurations_lock = threading.Lock()
+
+
+def _warn(message: str) -> None:
+    """pulumi.log.warn inside an engine; stderr elsewhere (the engine shows a plugin's stderr)."""
+    try:
+        import pulumi
+
+        pulumi.log.warn(message)
+    except Exception:  # noqa: BLE001 - no engine (tests, scripts): stderr
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def in_cluster(kubeconfig: str, context: Optional[str], env: Mapping[str, str]) -> bool:
+    """No kubeconfig file, no context asked for, and the pod's API address set: the service account."""
+    paths = [os.path.expanduser(p) for p in kubeconfig.split(os.pathsep) if p]
+    return not context and bool(env.get("KUBERNETES_SERVICE_HOST")) and not any(os.path.exists(p) for p in paths)
+
+
+def load_configuration(kubeconfig: str, context: Optional[str], env: Mapping[str, str] = os.environ,
+                       service_account_dir: str = SERVICE_ACCOUNT_DIR):
+    """The client `Configuration` of `context` in `kubeconfig` (or of the pod's service account, see
+    `in_cluster`), loaded once per process (module docstring); raises TunnelError naming what to fix."""
+    from kubernetes import client, config
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    incluster = in_cluster(kubeconfig, context, env)
+    key = ("in-cluster", service_account_dir) if incluster else (kubeconfig, context)
+    with _configurations_lock:
+        if key in _configurations:
+            return _configurations[key]
+        configuration = client.Configuration()
+        name = IN_CLUSTER if incluster else f"context {context}" if context else "the current context"
+        source = service_account_dir if incluster else kubeconfig
+        try:
+            if incluster:
+                InClusterConfigLoader(token_filename=os.path.join(service_account_dir, "token"),
+                                      cert_filename=os.path.join(service_account_dir, "ca.crt"),
+                                      environ=env).load_and_set(configuration)
+            else:
+                config.load_kube_config(config_file=os.path.expanduser(kubeconfig), context=context,
+                                        client_configuration=configuration, persist_config=False)
+        except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as error:
+            raise TunnelError(f"cannot load the kubeconfig ({name} of {source}): {error}") from None
+        _check_transport(configuration, name, source)
+        _configurations[key] = configuration
+        return configuration
+
+
+def _check_transport(configuration, name: str, source: str) -> None:
+    """The registry's credentials travel inside the API connection: never in clear to another host."""
+    from components.registry_api import is_loopback
+
+    server = urlsplit(configuration.host)
+    if server.scheme == "http" and not is_loopback(server.hostname):
+        raise TunnelError(f"the Kubernetes API of {name} ({source}) is {configuration.host}, plain http to a host "
+                          f"that is not this machine: the registry's credentials would cross the network in clear. "
+                          f"Use the cluster's https address in that kubeconfig, or set platform.registry.pushHost "
+                          f"to the registry's https address")
+    if server.scheme == "https" and not configuration.verify_ssl:
+        _warn(f"{name} ({source}) sets insecure-skip-tls-verify: the registry's credentials go through the "
+              f"Kubernetes API at {configuration.host} without checking who answers")
 
 
 def selector_text(selector: Mapping[str, str]) -> str:
@@ -96,27 +192,104 @@ def _message_of(error: BaseException) -> str:
     return str(message or getattr(error, "reason", None) or error)[:300]
 
 
+class _ForwardSocket:
+    """Our end of one port-forward (`PortForward.socket(port)`): at EOF (or a send refused since the
+    relay closed our socket), a message the kubelet wrote
+    on the port's error channel is raised (module docstring) and the pod is forgotten (`on_error`),
+    so the next dial lists the pods again. `makefile` reads through `recv_into` (http.client reads
+    answers through `sock.makefile("rb")`)."""
+
+    def __init__(self, forward, port: int, where: str, on_error: Callable[[], None]):
+        self._forward, self._socket, self._port = forward, forward.socket(port), port
+        self._where, self._on_error = where, on_error
+        self._received = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._socket, name)
+
+    def _eof(self) -> None:
+        error = self._forward.error(self._port)
+        if not error:
+            return
+        try:
+            message = json.loads(error).get("message") or error  # kubelet's {closeConnection, message}
+        except (ValueError, AttributeError):
+            message = error
+        self._on_error()
+        kind = ForwardClosed if self._received else TunnelError
+        raise kind(f"the port-forward to {self._where} closed: {str(message).strip()[:300]}")
+
+    def sendall(self, data, flags: int = 0) -> None:
+        try:
+            self._socket.sendall(data, flags)
+        except OSError:  # EPIPE: the relay closed our socket, after storing the kubelet's error if any
+            self._eof()
+            raise
+
+    def send(self, data, flags: int = 0) -> int:
+        try:
+            return self._socket.send(data, flags)
+        except OSError:
+            self._eof()
+            raise
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
+        size = self._socket.recv_into(buffer, nbytes, flags)
+        if size:
+            self._received += size
+        elif len(buffer) and nbytes >= 0:
+            self._eof()
+        return size
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = self._socket.recv(bufsize, flags)
+        if data:
+            self._received += len(data)
+        elif bufsize:
+            self._eof()
+        return data
+
+    def makefile(self, mode: str = "r", buffering: Optional[int] = None, **_kwargs):
+        if mode != "rb":
+            return self._socket.makefile(mode, buffering, **_kwargs)
+        return io.BufferedReader(_Reader(self), buffering or io.DEFAULT_BUFFER_SIZE)
+
+
+class _Reader(io.RawIOBase):
+    def __init__(self, sock: _ForwardSocket):
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self._sock.recv_into(buffer)
+
+
 class PodTunnel:
     """Connections to `port` of a Ready pod matching `selector` in `namespace` (module docstring).
     Thread-safe; `dial` is the `dial` argument of components/registry_api.py `for_url`."""
 
     def __init__(self, context: Optional[str], namespace: str, selector: Mapping[str, str], port: int, *,
-                 env: Mapping[str, str] = os.environ, request_timeout: float = 30):
+                 env: Mapping[str, str] = os.environ, request_timeout: float = 30,
+                 service_account_dir: str = SERVICE_ACCOUNT_DIR):
         if not selector:
             raise TunnelError(f"no pod selector for the tunnel to namespace {namespace}")
         self.context, self.namespace, self.selector, self.port = context, namespace, dict(selector), int(port)
+        self.env = env
         self.kubeconfig = kubeconfig_path(env)
+        self.service_account_dir = service_account_dir
         self.request_timeout = request_timeout
-        self._api = None
         self._pod: Optional[str] = None
-        self._lock = threading.Lock()
-        self.calls = threading.Lock()
-        """Held by every call on the ApiClient (portforward swaps its call_api, see above)."""
 
     # --- naming things in errors ---------------------------------------------------------------
 
     @property
     def where(self) -> str:
+        if in_cluster(self.kubeconfig, self.context, self.env):
+            return (f"namespace {self.namespace}, pods with labels {selector_text(self.selector)}, {IN_CLUSTER} "
+                    f"({self.service_account_dir})")
         context = f"context {self.context}" if self.context else "the current context"
         return (f"namespace {self.namespace}, pods with labels {selector_text(self.selector)}, {context} "
                 f"of {self.kubeconfig}")
@@ -135,18 +308,12 @@ class PodTunnel:
     # --- the API -----------------------------------------------------------------------------------
 
     def _core(self):
-        """The CoreV1Api of the kubeconfig's context, loaded once (exec plugins run at load)."""
-        with self._lock:
-            if self._api is None:
-                from kubernetes import client, config
+        """A CoreV1Api on a new ApiClient (one per call: portforward swaps its call_api, see the
+        module docstring) over the process's loaded Configuration."""
+        from kubernetes import client
 
-                try:
-                    api_client = config.new_client_from_config(
-                        config_file=os.path.expanduser(self.kubeconfig), context=self.context, persist_config=False)
-                except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as error:
-                    raise TunnelError(f"cannot load the kubeconfig ({self.where}): {error}") from None
-                self._api = client.CoreV1Api(api_client)
-            return self._api
+        configuration = load_configuration(self.kubeconfig, self.context, self.env, self.service_account_dir)
+        return client.CoreV1Api(client.ApiClient(configuration))
 
     def ready_pod(self) -> str:
         """List the pods now and choose one (`choose`); a clear error when none is Ready."""
@@ -154,9 +321,6 @@ class PodTunnel:
         from urllib3.exceptions import HTTPError
 
         core = self._core()
-        if not self.calls.acquire(timeout=self.request_timeout):
-            raise TunnelError(f"the Kubernetes API of {self.where} is still opening an earlier port-forward "
-                              f"after {self.request_timeout:g} s")
         try:
             answer = core.list_namespaced_pod(self.namespace, label_selector=selector_text(self.selector),
                                               _preload_content=False, _request_timeout=self.request_timeout)
@@ -167,7 +331,7 @@ class PodTunnel:
             raise TunnelError(f"cannot reach the Kubernetes API of {self.where}: {type(error).__name__}: "
                               f"{str(error)[:200]}") from None
         finally:
-            self.calls.release()
+            core.api_client.close()
         name = choose(pods)
         if name is None:
             found = ", ".join(sorted(f"{p['metadata']['name']} ({(p.get('status') or {}).get('phase', '?')}"
@@ -175,6 +339,10 @@ class PodTunnel:
             raise TunnelError(f"no Running and Ready pod to forward port {self.port} to ({self.where}); "
                               f"pods found: {found}")
         return name
+
+    def _forget(self, pod: str) -> None:
+        if self._pod == pod:
+            self._pod = None
 
     def _forward(self, pod: str, timeout: float):
         """One port-forward connection to `pod` (see the module docstring for the worker thread)."""
@@ -186,9 +354,8 @@ class PodTunnel:
 
         def open_forward() -> None:
             try:
-                with self.calls:
-                    forward = portforward(core.connect_get_namespaced_pod_portforward, pod, self.namespace,
-                                          ports=str(self.port))
+                forward = portforward(core.connect_get_namespaced_pod_portforward, pod, self.namespace,
+                                      ports=str(self.port))
                 if abandoned.is_set():
                     forward.close()  # dial gave up meanwhile: end the WebSocket too
                 result["forward"] = forward
@@ -204,7 +371,8 @@ class PodTunnel:
             raise TimeoutError(f"the Kubernetes API did not open the port-forward within {timeout:g} s")
         if "error" in result:
             raise result["error"]
-        connection = result["forward"].socket(self.port)
+        connection = _ForwardSocket(result["forward"], self.port, f"pod {self.namespace}/{pod} port {self.port}",
+                                    lambda: self._forget(pod))
         connection.settimeout(timeout)
         return connection
 

@@ -6,7 +6,13 @@ http on 127.0.0.1, a bearer token it requires, and the two calls a port-forward 
   `v4.channel.k8s.io` as kubelet speaks it for port-forward: per port a data channel (0) and an
   error channel (1), the first frame of each carrying the port as a little-endian uint16, then the
   data relayed both ways to the pod's address for that port (a real server, e.g. docker-registry).
-  A pod whose address refuses gets an error-channel message, as kubelet sends one.
+  A pod whose address refuses gets an error-channel message, as kubelet sends one: JSON
+  `{"closeConnection": true, "message": ...}` (kubernetes pkg/kubelet/cri/streaming/portforward/
+  portforward.go `handleStreamPortForwardErr`), or plain text as older kubelets wrote
+  (`error_format="text"`).
+
+`tls=True` serves https with a self-signed certificate for 127.0.0.1 (`ca_pem`), e.g. for the
+in-cluster configuration, which is always https.
 
 Refusals answer a `Status` object as the API server does: 401 without the token, 403 for a
 (verb, resource) in `forbidden` (e.g. ("create", "pods/portforward")), 404 for an unknown pod.
@@ -20,6 +26,7 @@ import hashlib
 import json
 import socket
 import struct
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,12 +78,27 @@ class FakeKubeApi:
     tunnels: list[Tunnel] = field(default_factory=list)
     handshake_delay: float = 0.0
     """Seconds before a port-forward's upgrade is answered (a slow API server or kubelet)."""
+    handshake_delays: list[float] = field(default_factory=list)
+    """Delays for the next handshakes, one each in order (then `handshake_delay`)."""
+    error_format: str = "json"
+    tls: bool = False
 
     def __post_init__(self):
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.ca_pem = b""
+        if self.tls:
+            import ssl
+
+            self.ca_pem, key_pem = _self_signed("127.0.0.1")
+            directory = Path(tempfile.mkdtemp(prefix="fake-kube-tls-"))
+            (directory / "cert.pem").write_bytes(self.ca_pem)
+            (directory / "key.pem").write_bytes(key_pem)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "FakeKubeApi":
@@ -99,14 +121,24 @@ class FakeKubeApi:
             self.pods = [p for p in self.pods if p.name != name]
 
     def write_kubeconfig(self, path: Path, *, context: str = "fake", token: Optional[str] = None,
-                         current: Optional[str] = None, extra_contexts: dict[str, str] = {}) -> Path:
-        """A kubeconfig with context `context` (this server, `token` or the right one) and, for each
-        `extra_contexts` name -> server URL, another context whose cluster is that URL;
-        current-context `current` (default `context`)."""
-        servers = {context: self.url, **extra_contexts}
+                         current: Optional[str] = None, extra_contexts: dict[str, str] = {},
+                         server: Optional[str] = None, insecure: bool = False) -> Path:
+        """A kubeconfig with context `context` (this server, or `server`; `token` or the right one)
+        and, for each `extra_contexts` name -> server URL, another context whose cluster is that URL;
+        current-context `current` (default `context`). With TLS, the CA is inline unless `insecure`
+        (`insecure-skip-tls-verify: true`)."""
+        servers = {context: server or self.url, **extra_contexts}
+
+        def cluster(url: str) -> dict:
+            if not url.startswith("https:"):
+                return {"server": url}
+            if insecure:
+                return {"server": url, "insecure-skip-tls-verify": True}
+            return {"server": url, "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}
+
         document = {
             "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": url}} for name, url in servers.items()],
+            "clusters": [{"name": name, "cluster": cluster(url)} for name, url in servers.items()],
             "users": [{"name": name, "user": {"token": token or self.token}} for name in servers],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name}} for name in servers],
             "current-context": current or context,
@@ -117,6 +149,30 @@ class FakeKubeApi:
     def forwarded_bytes(self) -> int:
         with self.lock:
             return sum(t.sent + t.received for t in self.tunnels)
+
+
+def _self_signed(host: str) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) for `host` (an IP address), valid for a day."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-api")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), False)
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+                   .sign(key, hashes.SHA256()))
+    return (certificate.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
 
 
 def _status(code: int, reason: str, message: str) -> bytes:
@@ -160,7 +216,8 @@ def _handler(api: FakeKubeApi):
                 what = ("?", parts.path)
             with api.lock:
                 api.requests.append(("GET", self.path, f"{what[0]} {what[1]}"))
-            if self.headers.get("Authorization", "") != f"Bearer {api.token}":
+            scheme, _, credential = self.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or credential.strip() != api.token:  # the scheme is case-insensitive
                 return self._answer(401, _status(401, "Unauthorized", "Unauthorized"))
             if what[0] == "?":
                 return self._answer(404, _status(404, "NotFound", f"the server could not find {parts.path}"))
@@ -191,7 +248,9 @@ def _handler(api: FakeKubeApi):
             if len(ports) != 1 or not ports[0].isdigit():
                 return self._answer(400, _status(400, "BadRequest", "exactly one port, please"))
             port = int(ports[0])
-            time.sleep(api.handshake_delay)
+            with api.lock:
+                delay = api.handshake_delays.pop(0) if api.handshake_delays else api.handshake_delay
+            time.sleep(delay)
             key = self.headers["Sec-WebSocket-Key"]
             accept = base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()).decode()
             self.send_response(101, "Switching Protocols")
@@ -212,7 +271,11 @@ def _handler(api: FakeKubeApi):
                     raise ConnectionRefusedError(f"port {port} is not a port of the pod")
                 target = socket.create_connection(address, timeout=10)
             except OSError as error:
-                relay.send(b"\x01" + f"error forwarding port {port} to pod {pod.name}: {error}".encode())
+                message = f"error forwarding port {port} to pod {pod.name}, uid fake-uid: {error}"
+                if api.error_format == "json":  # the kubelet's portForwardErrResponse, then a newline
+                    relay.send(b"\x01" + (json.dumps({"closeConnection": True, "message": message}) + "\n").encode())
+                else:
+                    relay.send(b"\x01" + message.encode())
                 relay.close()
                 return
             tunnel = Tunnel(pod.name, port)

@@ -40,6 +40,14 @@ def _unresolvable(url: str) -> bool:
     return False
 
 
+@pytest.fixture(autouse=True)
+def fresh_configurations():
+    """Each test loads its kubeconfig itself (kube_tunnel caches one load per process)."""
+    kube_tunnel._configurations.clear()
+    yield
+    kube_tunnel._configurations.clear()
+
+
 @pytest.fixture
 def api(registry, tmp_path, monkeypatch):
     """A fake API server with one Ready registry pod whose port 5000 is the real registry, and
@@ -158,27 +166,49 @@ def test_a_pod_that_went_away_is_replaced_by_listing_the_pods_again(registry, ap
     assert [kind for _m, _p, kind in api.requests].count("list pods") == 2  # listed again once
 
 
-def test_a_pod_port_that_refuses_fails_the_request_instead_of_hanging(registry, api):
+@pytest.mark.parametrize("error_format", ["json", "text"])
+def test_a_pod_port_that_refuses_names_the_pod_and_the_next_dial_lists_again(registry, api, error_format):
+    """The kubelet answers a refused pod port on the error channel after the handshake (JSON
+    {closeConnection, message} from handleStreamPortForwardErr; plain text from older kubelets):
+    the request fails with that message and the pod's name, and the pod is no longer the chosen one."""
+    api.error_format = error_format
     api.pods[0].ports = {PORT: ("127.0.0.1", free_port())}  # the container does not listen (yet)
-    with pytest.raises(RegistryError, match="cannot reach the registry"):
-        client(registry, tunnel().dial).manifest_digest("shop/cart", "v1")
+    api.add_pod("registry-zz-second", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+    through = client(registry, tunnel().dial)
+    with pytest.raises(TunnelError) as caught:
+        through.manifest_digest("shop/cart", "nothing")
+    message = str(caught.value)
+    assert f"pod {NAMESPACE}/registry-7d9f-abcde port {PORT}" in message
+    assert "error forwarding port 5000 to pod registry-7d9f-abcde" in message and "Connection refused" in message
+    assert "closeConnection" not in message  # the kubelet's message, not its JSON
+    api.pods[0].ready = False  # what its readiness probe reports meanwhile
+    assert through.manifest_digest("shop/cart", "nothing") is None
+    assert [t.pod for t in api.tunnels] == ["registry-zz-second"]
+    assert [kind for _m, _p, kind in api.requests].count("list pods") == 2
 
 
-def test_concurrent_dials_each_get_a_websocket_tunnel(registry, api):
+def test_concurrent_dials_each_get_a_websocket_tunnel_and_share_one_config_load(registry, api, monkeypatch):
     """kubernetes.stream.portforward swaps ApiClient.call_api while it runs (stream/stream.py
-    `_websocket_request`) and puts back what it found: every call on the tunnel's client is
-    serialized (PodTunnel.calls), or a pod list goes out through the port-forward call (`Missing
-    required parameter ports`), a plain GET where a tunnel was meant, or a port-forward call stays
-    installed. Eight threads, each listing and forwarding at once."""
-    from kubernetes.client import ApiClient
+    `_websocket_request`): every list and port-forward gets its own ApiClient, or a pod list goes
+    out through the port-forward call (`Missing required parameter ports`). The kubeconfig is loaded
+    once for all (an exec plugin runs per load; kube_config `_create_temp_file_with_content` races).
+    Eight threads, each with its own PodTunnel (one per provider operation), listing and forwarding."""
+    from kubernetes import config
 
-    pods = tunnel()
-    dial = pods.dial
+    loads = []
+    real = config.load_kube_config
+
+    def counting(*args, **kwargs):
+        loads.append(kwargs.get("context"))
+        threading.Event().wait(0.2)  # a slow exec plugin: the others arrive meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(config, "load_kube_config", counting)
     results, errors = [], []
 
     def one():
         try:
-            results.append(client(registry, dial).manifest_digest("shop/cart", "nothing"))
+            results.append(client(registry, tunnel().dial).manifest_digest("shop/cart", "nothing"))
         except Exception as error:  # noqa: BLE001 - collected
             errors.append(error)
 
@@ -189,8 +219,38 @@ def test_concurrent_dials_each_get_a_websocket_tunnel(registry, api):
         thread.join(60)
     assert errors == [] and results == [None] * 8
     assert len(api.tunnels) == 8
-    assert getattr(pods._core().api_client.call_api, "__func__", None) is ApiClient.call_api
-    assert pods.ready_pod() == "registry-7d9f-abcde"  # a plain list still works on the same client
+    assert loads == [None]
+    assert tunnel().ready_pod() == "registry-7d9f-abcde"  # a plain list still works
+
+
+def test_a_hung_handshake_does_not_hold_up_the_next_dial(registry, api):
+    """No lock across port-forwards: while one handshake hangs, another dial of the same tunnel
+    opens its own at once; the hung one gives up at its timeout."""
+    import time
+
+    pods = tunnel()
+    assert pods.ready_pod() == "registry-7d9f-abcde"
+    pods._pod = "registry-7d9f-abcde"
+    api.handshake_delays = [4.0]
+    hung: list = []
+    first = threading.Thread(target=lambda: hung.append(_outcome(pods.dial, 1.5)))
+    first.start()
+    while not any(kind == "create pods/portforward" for _m, _p, kind in api.requests):
+        time.sleep(0.01)
+    started = time.monotonic()
+    second = pods.dial(3)
+    assert time.monotonic() - started < 1.0
+    second.close()
+    first.join(10)
+    assert hung and not isinstance(hung[0], Exception)  # its retry (the second attempt) got through
+    hung[0].close()
+
+
+def _outcome(dial, timeout):
+    try:
+        return dial(timeout)
+    except Exception as error:  # noqa: BLE001 - returned
+        return error
 
 
 def test_a_pod_list_while_a_port_forward_opens_goes_out_as_a_list(registry, api):
@@ -273,6 +333,64 @@ def test_a_stack_built_before_the_tunnel_updates_its_outputs_so_refresh_uses_the
     before = len(api.tunnels)
     assert EntityBuildProvider().read(resource_id, updated.outs).outs["digest"] == digest
     assert len(api.tunnels) > before
+
+
+def test_in_a_pod_without_kubeconfig_the_service_account_is_used(registry, tmp_path, monkeypatch):
+    """client-go's fallback (pulumi-kubernetes): no kubeconfig file, no context, KUBERNETES_SERVICE_HOST
+    set -> https://host:port with the service account's token and CA (InClusterConfigLoader)."""
+    with FakeKubeApi(tls=True, token="service-account-token") as server:
+        server.add_pod("registry-7d9f-abcde", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+        account = tmp_path / "serviceaccount"
+        account.mkdir()
+        (account / "token").write_text("service-account-token")
+        (account / "ca.crt").write_bytes(server.ca_pem)
+        env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": server.url.rsplit(":", 1)[1],
+               "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "HOME": str(tmp_path)}
+        pods = PodTunnel(None, NAMESPACE, SELECTOR, PORT, env=env, service_account_dir=str(account))
+        assert client(registry, pods.dial).manifest_digest("shop/cart", "nothing") is None
+        assert [t.pod for t in server.tunnels] == ["registry-7d9f-abcde"]
+        # A context asked for, or a kubeconfig that exists, is not the pod's account.
+        named = PodTunnel("ci", NAMESPACE, SELECTOR, PORT, env=env, service_account_dir=str(account))
+        with pytest.raises(TunnelError, match="cannot load the kubeconfig"):
+            named.dial(5)
+        assert not kube_tunnel.in_cluster(str(server.write_kubeconfig(tmp_path / "kubeconfig")), None, env)
+        assert not kube_tunnel.in_cluster(env["KUBECONFIG"], None, {})
+        # A wrong CA is refused (the in-cluster connection is verified TLS).
+        (account / "ca.crt").write_bytes(kube_tunnel_other_ca())
+        kube_tunnel._configurations.clear()
+        with pytest.raises(TunnelError, match="cannot reach the Kubernetes API"):
+            PodTunnel(None, NAMESPACE, SELECTOR, PORT, env=env, service_account_dir=str(account)).dial(5)
+
+
+def kube_tunnel_other_ca() -> bytes:
+    from tests.fake_kube_api import _self_signed
+
+    return _self_signed("127.0.0.1")[0]
+
+
+def test_plain_http_to_another_host_is_refused_before_any_credential_is_sent(api, tmp_path, monkeypatch):
+    path = api.write_kubeconfig(tmp_path / "clear", server="http://kube.example.com:8080")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(TunnelError) as caught:
+        tunnel(context="fake").dial(5)
+    message = str(caught.value)
+    assert "context fake" in message and "http://kube.example.com:8080" in message and "plain http" in message
+    assert "https" in message and "platform.registry.pushHost" in message
+    assert api.requests == []
+
+
+def test_an_unverified_api_server_gets_a_warning(registry, tmp_path, monkeypatch, capsys):
+    with FakeKubeApi(tls=True) as server:
+        server.add_pod("registry-7d9f-abcde", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "insecure", insecure=True)))
+        assert client(registry, tunnel().dial).manifest_digest("shop/cart", "nothing") is None
+        warned = capsys.readouterr().err
+        assert "insecure-skip-tls-verify" in warned and "without checking who answers" in warned
+        assert "the current context" in warned and server.url in warned
+        # Verified TLS (the CA inline) warns nothing.
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "verified")))
+        assert client(registry, tunnel().dial).manifest_digest("shop/cart", "nothing") is None
+        assert "insecure" not in capsys.readouterr().err
 
 
 def test_the_dialer_reads_kubeconfig_when_the_tunnel_is_made(monkeypatch, tmp_path):
