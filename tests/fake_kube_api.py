@@ -67,6 +67,7 @@ class Tunnel:
     port: int
     sent: int = 0
     received: int = 0
+    relay: Optional["_Relay"] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -145,6 +146,18 @@ class FakeKubeApi:
         }
         path.write_text(yaml.safe_dump(document))
         return path
+
+    def fail_tunnels(self, message: str) -> None:
+        """What the kubelet does when a forwarded connection breaks (its pod deleted, say): the
+        error on each open tunnel's error channel, then the WebSocket closed."""
+        with self.lock:
+            relays = [t.relay for t in self.tunnels if t.relay is not None]
+        for relay in relays:
+            try:
+                relay.send(b"\x01" + (json.dumps({"closeConnection": True, "message": message}) + "\n").encode())
+            except OSError:
+                pass
+            relay.close()
 
     def forwarded_bytes(self) -> int:
         with self.lock:
@@ -278,7 +291,7 @@ def _handler(api: FakeKubeApi):
                     relay.send(b"\x01" + message.encode())
                 relay.close()
                 return
-            tunnel = Tunnel(pod.name, port)
+            tunnel = Tunnel(pod.name, port, relay=relay)
             with api.lock:
                 api.tunnels.append(tunnel)
             target.settimeout(None)

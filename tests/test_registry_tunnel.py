@@ -187,6 +187,20 @@ def test_a_pod_port_that_refuses_names_the_pod_and_the_next_dial_lists_again(reg
     assert [kind for _m, _p, kind in api.requests].count("list pods") == 2
 
 
+def test_a_kept_alive_tunnel_the_kubelet_closed_with_an_error_is_replaced(registry, api):
+    """A pooled connection whose forward broke while idle (the kubelet's error, then close): the
+    request is retried on a new connection (ForwardClosed is a ConnectionResetError, registry_api
+    STALE), which lists the pods again since the broken pod is forgotten."""
+    through = client(registry, tunnel().dial)
+    assert through.manifest_digest("shop/cart", "nothing") is None
+    api.add_pod("registry-zz-second", NAMESPACE, SELECTOR, {PORT: ("127.0.0.1", registry.port)})
+    api.pods[0].ready = False
+    api.fail_tunnels("error forwarding port 5000 to pod registry-7d9f-abcde, uid u: read: connection reset by peer")
+    assert through.manifest_digest("shop/cart", "nothing") is None
+    assert [t.pod for t in api.tunnels] == ["registry-7d9f-abcde", "registry-zz-second"]
+    assert [kind for _m, _p, kind in api.requests].count("list pods") == 2
+
+
 def test_concurrent_dials_each_get_a_websocket_tunnel_and_share_one_config_load(registry, api, monkeypatch):
     """kubernetes.stream.portforward swaps ApiClient.call_api while it runs (stream/stream.py
     `_websocket_request`): every list and port-forward gets its own ApiClient, or a pod list goes
