@@ -129,8 +129,30 @@ def load_configuration(kubeconfig: str, context: Optional[str], env: Mapping[str
         except (config.ConfigException, OSError, ValueError, KeyError, TypeError) as error:
             raise TunnelError(f"cannot load the kubeconfig ({name} of {source}): {error}") from None
         _check_transport(configuration, name, source)
+        _serialize_refresh(configuration)
         _configurations[key] = configuration
         return configuration
+
+
+_refresh_lock = threading.Lock()
+
+
+def _serialize_refresh(configuration) -> None:
+    """The shared Configuration's token refresh (client/configuration.py `get_api_key_with_prefix`
+    calls `refresh_api_key_hook` before every request) re-runs an expired exec plugin and rewrites
+    temp files: one thread at a time. kube_config.py `_set_config` installs a new hook on each
+    refresh, so it is wrapped again after each."""
+    hook = configuration.refresh_api_key_hook
+    if hook is None or getattr(hook, "serialized", False):
+        return
+
+    def refresh(target) -> None:
+        with _refresh_lock:
+            hook(target)
+            _serialize_refresh(target)
+
+    refresh.serialized = True
+    configuration.refresh_api_key_hook = refresh
 
 
 def _check_transport(configuration, name: str, source: str) -> None:

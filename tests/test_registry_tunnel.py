@@ -237,6 +237,44 @@ def test_concurrent_dials_each_get_a_websocket_tunnel_and_share_one_config_load(
     assert tunnel().ready_pod() == "registry-7d9f-abcde"  # a plain list still works
 
 
+def test_token_refreshes_of_the_shared_configuration_run_one_at_a_time(api, monkeypatch):
+    """The loaded Configuration is shared by every request; its refresh hook (an expired exec
+    plugin's token is fetched again, kube_config.py `_set_config`, which installs a new hook each
+    time) runs in one thread at a time, also after it replaced itself."""
+    from kubernetes import config
+
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def install(configuration):
+        def hook(target):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            threading.Event().wait(0.05)  # an exec plugin run
+            with lock:
+                inside[0] -= 1
+            install(target)  # as kube_config's _set_config does
+
+        configuration.refresh_api_key_hook = hook
+
+    real = config.load_kube_config
+
+    def loading(*args, **kwargs):
+        real(*args, **kwargs)
+        install(kwargs["client_configuration"])
+
+    monkeypatch.setattr(config, "load_kube_config", loading)
+    configuration = kube_tunnel.load_configuration(kube_tunnel.kubeconfig_path(), None)
+    threads = [threading.Thread(target=lambda: [configuration.get_api_key_with_prefix("BearerToken")
+                                                for _ in range(3)]) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert most == [1]
+
+
 def test_a_hung_handshake_does_not_hold_up_the_next_dial(registry, api):
     """No lock across port-forwards: while one handshake hangs, another dial of the same tunnel
     opens its own at once; the hung one gives up at its timeout."""
