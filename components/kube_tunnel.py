@@ -256,7 +256,11 @@ class _ForwardSocket:
             raise
 
     def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:
-        size = self._socket.recv_into(buffer, nbytes, flags)
+        try:
+            size = self._socket.recv_into(buffer, nbytes, flags)
+        except ConnectionError:  # the relay closed our socket with our request unread: a reset, not EOF
+            self._eof()
+            raise
         if size:
             self._received += size
         elif len(buffer) and nbytes >= 0:
@@ -264,7 +268,11 @@ class _ForwardSocket:
         return size
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data = self._socket.recv(bufsize, flags)
+        try:
+            data = self._socket.recv(bufsize, flags)
+        except ConnectionError:
+            self._eof()
+            raise
         if data:
             self._received += len(data)
         elif bufsize:
