@@ -201,16 +201,26 @@ labels, so a name with a dot is no entity's: each entity's own policy is named a
 (`<project>-<entity>`, or project-state's configurable name, which could be `entities`)."""
 
 
-def entities_network_policy_spec(kubernetes_api: network.KubernetesApi) -> dict:
-    """NetworkPolicy spec shared by every entity pod of a namespace (selected by the operator's
-    label, whatever its value): every entity pod may call every entity's proxy (entities call each
-    other through their Services, port 80 -> 8013), and the proxies list their pods through the
-    Kubernetes API (Akka's Kubernetes discovery). What differs per entity is in
-    `entity_network_policy_spec`; policies add up (docs/network-policies.md). One policy per
-    namespace rather than these rules in each entity's keeps the render linear in small objects."""
+def entities_network_policy_spec(service_names: Sequence[str], kubernetes_api: network.KubernetesApi) -> dict:
+    """NetworkPolicy spec shared by the entity pods of a namespace: every entity pod may call every
+    entity's proxy (entities call each other through their Services, port 80 -> 8013), and the
+    proxies list their pods through the Kubernetes API (Akka's Kubernetes discovery). What differs
+    per entity is in `entity_network_policy_spec`; policies add up (docs/network-policies.md). One
+    policy per namespace rather than these rules in each entity's keeps the render linear in small
+    objects.
+
+    It selects the pods of `service_names` (this environment's entities) only, not every pod with
+    the operator's label: a labelled pod without a policy of its own (a StatefulService outside the
+    stack, a deleted entity's pods still terminating, a new entity's pods before its policy) keeps
+    DNS only, as with the per-entity policies this replaces. The peers stay every labelled pod of
+    the namespace, as those policies had them: a flow needs both ends' policies, so the rules are
+    exactly the union of the old per-entity ones, in one object."""
+    if not service_names:
+        raise ValueError("the shared entity policy needs at least one entity (an `In` selector needs values)")
+    selected = {"key": SERVICE_LABEL, "operator": "In", "values": sorted(set(service_names))}
     entities = network.pods(expressions=[network.label_exists(SERVICE_LABEL)])
     return network.spec(
-        {"matchExpressions": [network.label_exists(SERVICE_LABEL)]},
+        {"matchExpressions": [selected]},
         ingress_rules=[network.ingress([entities], [PROXY_PORT])],
         egress_rules=[network.egress([entities], [PROXY_PORT]), network.kubernetes_api(kubernetes_api)],
     )
@@ -318,7 +328,7 @@ class ProjectEnvironment(Component):
         # sdk/python/lib/pulumi/runtime/resource_cycle_breaker.py `declare_dependency`/`_reachable`),
         # which per-build edges made quadratic in builds. A custom resource, not a component: a
         # dependency on a local component is one on each of its children (runtime/rpc.py
-        # `_add_dependency`, from resource.py `_prepare_resource` and _depends_on.py). The SDK sends
+        # `_add_dependency`, from resource.py `prepare_resource` and _depends_on.py). The SDK sends
         # a registration once its dependencies' URNs resolve, and the engine answers one only when
         # its step is done (pulumi/pulumi pkg/resource/deploy/source_eval.go resmon.RegisterResource,
         # "block waiting for the operation to finish"), so a failed build leaves the gate and every
@@ -336,18 +346,22 @@ class ProjectEnvironment(Component):
                 opts=self.child_opts(depends_on=list(args.builds)),
             ))
 
-        # Every entity pod's rules but its own Akka cluster's and its store's. Each entity's policy
+        # Every entity pod's rules but its own Akka cluster's and its store's, for this environment's
+        # entities only (their names, not any pod with the operator's label). Each entity's policy
         # depends on it: on an upgrade from per-entity policies that held these rules too, the engine
-        # creates this one before it narrows any entity's, so no flow is ever closed in between. The
-        # SDK registers a resource only once its dependencies' URNs resolve (pulumi 3.272.0
-        # sdk/python/lib/pulumi/runtime/resource.py `_prepare_resource`, `depends_on` URNs awaited),
-        # and the engine answers a registration when its step is done (pulumi/pulumi
-        # pkg/resource/deploy/source_eval.go resmon.RegisterResource). tests/test_network_policies.py
-        # checks the order on the engine model.
+        # creates this one before it narrows any entity's, and a new entity's policy is created after
+        # this one's update has added it. The SDK registers a resource only once its dependencies'
+        # URNs resolve (pulumi 3.272.0 sdk/python/lib/pulumi/runtime/resource.py `prepare_resource`
+        # -> _depends_on.py `_resolve_depends_on_urns` -> rpc.py `_add_dependency`, which awaits
+        # `res.urn.future()`), and the engine answers a registration when its step is done
+        # (pulumi/pulumi pkg/resource/deploy/source_eval.go resmon.RegisterResource).
+        # tests/test_entity_network_policies.py::test_an_upgrade_creates_the_shared_policy_before_it_narrows_any_entitys
+        # and ::test_a_new_entity_is_added_to_the_shared_policy_before_its_own_is_created check the
+        # order on the engine model.
         shared_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-{ENTITIES_POLICY}-network-policy",  # entities' carry their Service name: no dot
             metadata=kb.metadata(ENTITIES_POLICY, ns, component),
-            spec=entities_network_policy_spec(args.kubernetes_api),
+            spec=entities_network_policy_spec([e.service_name for e in args.entities], args.kubernetes_api),
             opts=child,
         )
 

@@ -6,11 +6,14 @@ Both checks run against the rules as they were before the split, rebuilt here by
 `old_entity_network_policy_spec` (the per-entity spec until commit af740c6, unchanged but for its
 name; its store endpoint is derived from the stack's config, not from the new policies):
 
-- the same traffic: every flow to or from an entity pod that the simulator of
-  tests/test_network_policies.py allows is allowed before and after, and nothing else is;
+- the same traffic: every flow to or from any pod of an entity namespace (not only entity pods),
+  with labelled impostors (an unknown service in the namespace, entity names in `default`) as pods
+  and peers, that the simulator of tests/test_network_policies.py allows is allowed before and
+  after, and nothing else is: the shared policy selects this environment's entities by name;
 - an upgrade without a window: on the engine model (cloudstation_tools/engine.py) the old graph
   becomes the new one by in-place updates of the entity policies and the creation of the shared one,
-  which every entity policy waits for, so no flow is closed while `pulumi up` runs.
+  which every entity policy waits for, so no flow is closed while `pulumi up` runs; adding an entity
+  updates the shared policy in place before the entity's own policy is created.
 """
 from __future__ import annotations
 
@@ -137,10 +140,30 @@ def as_before(stacks: dict[str, render.Rendered], cluster: Cluster) -> Cluster:
     return Cluster(cluster.namespaces, cluster.pods, kept + list(old.values()))
 
 
+IMPOSTOR_SERVICE = "not-an-entity"
+"""The label value of a pod that claims to be an entity this environment does not have (a
+StatefulService outside the stack, a deleted entity's pods still terminating, a new entity's pods
+before its policies exist): the previous policies gave it nothing but DNS."""
+
+
+def with_impostors(cluster: Cluster, stacks: dict[str, render.Rendered]) -> Cluster:
+    """The cluster plus pods the operator's label alone does not make entities of this stack: in each
+    entity namespace one labelled with an unknown service, and in `default` one labelled with each
+    entity's service (a same-named pod of another namespace)."""
+    namespaces = sorted({ns for rendered in stacks.values() for ns in entity_namespaces(rendered)})
+    services = sorted({o["metadata"]["name"] for rendered in stacks.values() for o in objects(rendered, "StatefulService")})
+    assert "default" in cluster.namespaces and "default" not in namespaces
+    impostors = [Pod(ns, "impostor", {SERVICE_LABEL: IMPOSTOR_SERVICE}, {"grpc-proxy": PROXY_PORT}) for ns in namespaces]
+    impostors += [Pod("default", f"impostor-{s}", {SERVICE_LABEL: s}, {"grpc-proxy": PROXY_PORT}) for s in services]
+    return Cluster(cluster.namespaces, [*cluster.pods, *impostors], cluster.policies)
+
+
 def entity_flows(cluster: Cluster, stacks: dict[str, render.Rendered]) -> set[tuple]:
     """Every (source, destination, port, protocol) the cluster allows where the source or the
-    destination is an entity pod; peers are every pod and an address in each block any policy names
-    (plus the Service IP, the internet and a user), ports every port any policy names and the usual."""
+    destination is any pod of an entity namespace (entities, stores, setup Jobs, backups, impostors:
+    a policy there may select more than entity pods); peers are every pod (with the impostors of
+    `with_impostors`) and an address in each block any policy names (plus the Service IP, the
+    internet and a user), ports every port any policy names and the usual."""
     policies = cluster.policies
     ports = PROBE_PORTS | {p["port"] for _, _, rule in every_rule(policies) for p in rule["ports"] if isinstance(p["port"], int)}
     blocks = {peer["ipBlock"]["cidr"] for _, key, rule in every_rule(policies) for peer in rule[key] if "ipBlock" in peer}
@@ -149,10 +172,11 @@ def entity_flows(cluster: Cluster, stacks: dict[str, render.Rendered]) -> set[tu
     addresses += [Address(SERVICE_IP), Address(INTERNET), Address(USER)]
     peers: list[Pod | Address] = [*cluster.pods, *addresses]
     namespaces = {ns for rendered in stacks.values() for ns in entity_namespaces(rendered)}
-    entity_pods = [p for p in cluster.pods if p.namespace in namespaces and SERVICE_LABEL in p.labels]
-    assert entity_pods
+    local_pods = [p for p in cluster.pods if p.namespace in namespaces]
+    assert {p.labels.get(SERVICE_LABEL) for p in local_pods} >= {IMPOSTOR_SERVICE}, "the impostors are modelled"
+    assert any(p.labels.get(SERVICE_LABEL) is None for p in local_pods), "pods other than entities are compared"
     found = set()
-    for pod in entity_pods:
+    for pod in local_pods:
         for peer in peers:
             for port in ports:
                 for protocol in (("TCP", "UDP") if port == 53 else ("TCP",)):
@@ -175,9 +199,10 @@ def show(flows: set[tuple]) -> list[str]:
 @pytest.mark.parametrize("which", ["shared", *VARIANTS])
 def test_entity_pods_have_exactly_the_flows_the_per_entity_policies_allowed(which, rendered_stacks):
     """Both stack files in their shared cluster, and the variants with a managed Cassandra and
-    external PostgreSQL/Cassandra: the flows to and from every entity pod are the same set."""
+    external PostgreSQL/Cassandra: the flows to and from every pod of an entity namespace (entity
+    pods, stores, Jobs, labelled impostors) are the same set."""
     stacks = renders(rendered_stacks)[which]
-    after = cluster_of(stacks)
+    after = with_impostors(cluster_of(stacks), stacks)
     before = as_before(stacks, after)
     old, new = entity_flows(before, stacks), entity_flows(after, stacks)
     assert old, "the old policies allow something (the check sees flows)"
@@ -185,14 +210,32 @@ def test_entity_pods_have_exactly_the_flows_the_per_entity_policies_allowed(whic
 
 
 def test_one_shared_policy_per_entity_namespace(rendered_stacks):
-    """Each namespace with entities has the shared policy once, as the pure function builds it from
-    the stack's `platform.kubernetesApi`; each entity's own policy keeps only its Akka cluster
-    ports (both ways, with its own pods) and its store."""
+    """Each namespace with entities has the shared policy once: it selects that namespace's entities
+    by name (every StatefulService there, not every labelled pod), admits and reaches every labelled
+    pod of the namespace on the proxy port, and reaches the API at the stack file's
+    `platform.kubernetesApi`; each entity's own policy keeps only its Akka cluster ports (both ways,
+    with its own pods) and its store. Spelled out from the constants, not from the builder."""
     for rendered in renders(rendered_stacks)["shared"].values():
         api = config_of(rendered).platform.kubernetes_api
+        assert not api.allow_any_address and api.cidrs and api.ports
         shared = shared_policies(rendered)
         assert sorted(p["metadata"]["namespace"] for p in shared) == sorted(entity_namespaces(rendered))
-        assert all(p["spec"] == entities_network_policy_spec(api) for p in shared)
+        labelled = {"podSelector": {"matchExpressions": [{"key": SERVICE_LABEL, "operator": "Exists"}]}}
+        proxy = [{"port": PROXY_PORT, "protocol": "TCP"}]
+        for policy in shared:
+            namespace = policy["metadata"]["namespace"]
+            services = sorted(o["metadata"]["name"] for o in objects(rendered, "StatefulService")
+                              if o["metadata"]["namespace"] == namespace)
+            assert policy["spec"] == {
+                "podSelector": {"matchExpressions": [{"key": SERVICE_LABEL, "operator": "In", "values": services}]},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [labelled], "ports": proxy}],
+                "egress": [
+                    {"to": [labelled], "ports": proxy},
+                    {"to": [{"ipBlock": {"cidr": str(c)}} for c in api.cidrs],
+                     "ports": [{"port": p, "protocol": "TCP"} for p in api.ports]},
+                ],
+            }, namespace
         policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in objects(rendered, "NetworkPolicy")}
         for o in objects(rendered, "StatefulService"):
             spec = policies[(o["metadata"]["namespace"], o["metadata"]["name"])]["spec"]
@@ -202,6 +245,12 @@ def test_one_shared_policy_per_entity_namespace(rendered_stacks):
             store = store_endpoint(rendered, o)
             assert spec["egress"] == [network.egress([own], [REMOTING_PORT, MANAGEMENT_PORT]),
                                       *([network.to(store)] if store else [])]
+
+
+def test_the_shared_spec_refuses_an_environment_without_entities():
+    """`In` needs values (the API server refuses an empty list), and no entity means no shared policy."""
+    with pytest.raises(ValueError, match="at least one entity"):
+        entities_network_policy_spec([], None)
 
 
 def test_the_shared_policy_name_is_no_entitys():
@@ -284,6 +333,76 @@ def test_an_upgrade_creates_the_shared_policy_before_it_narrows_any_entitys(whic
     assert sorted(r.namespace for r in created) == sorted(entity_namespaces(rendered))
     assert all(r.object_name == ENTITIES_POLICY for r in created)
     assert upgrade_problems(before, after) == []
+
+
+def graph_without(rendered: render.Rendered, namespace: str, service: str) -> engine.Graph:
+    """The registrations before `service` was added to its environment: none of its objects (named
+    after it in its namespace), and the shared policy selecting the others only."""
+    entries = []
+    for entry in rendered.resources():
+        resource = engine.Resource.of(entry)
+        if resource.is_object and (resource.namespace, resource.object_name) == (namespace, service):
+            continue
+        if resource.is_object and resource.kind == "NetworkPolicy" and \
+                (resource.namespace, resource.object_name) == (namespace, ENTITIES_POLICY):
+            entry = copy.deepcopy(entry)
+            [selected] = entry["inputs"]["spec"]["podSelector"]["matchExpressions"]
+            assert service in selected["values"]
+            selected["values"] = [v for v in selected["values"] if v != service]
+        entries.append(entry)
+    return engine.Graph(entries)
+
+
+def addition_problems(before: engine.Graph, after: engine.Graph, namespace: str, service: str) -> list[str]:
+    """What goes wrong when `pulumi up` adds `service`: its policy is not created, the shared
+    policy is not updated in place to select it (only its pod selector changing), or its own
+    policy may be created before that update is done (it does not wait for the shared policy)."""
+    shared = after.find("NetworkPolicy", ENTITIES_POLICY, namespace)
+    own = after.find("NetworkPolicy", service, namespace)
+    if shared is None or own is None or own.urn in before.by_urn:
+        return [f"{namespace}/{service}: no shared policy, or its own policy is not created"]
+    problems = []
+    [change] = [c for c in engine.changes(before, after) if c.new.urn == shared.urn] or [None]
+    if change is None:
+        problems.append(f"{shared.label()}: not updated to select {service}")
+    elif change.replaced or change.problems() or any(p[:2] != ("spec", "podSelector") for p in change.paths):
+        problems.append(f"{shared.label()}: not an in-place update of its pod selector "
+                        f"({change.problems() or change.paths})")
+    if shared.urn not in after.waits_for(own.urn):
+        problems.append(f"{own.label()}: may be created before {shared.label()} selects {service}")
+    return problems
+
+
+def added_entities(rendered: render.Rendered) -> list[tuple[str, str]]:
+    """(namespace, service) of the last entity of each namespace with several: adding it updates
+    a shared policy that exists already."""
+    by_namespace: dict[str, list[str]] = {}
+    for o in objects(rendered, "StatefulService"):
+        by_namespace.setdefault(o["metadata"]["namespace"], []).append(o["metadata"]["name"])
+    return [(ns, sorted(names)[-1]) for ns, names in sorted(by_namespace.items()) if len(names) > 1]
+
+
+@pytest.mark.parametrize("which", ["test", "prod"])
+def test_a_new_entity_is_added_to_the_shared_policy_before_its_own_is_created(which, rendered_stacks):
+    """Adding an entity updates the shared policy in place (its selector gains the name; a
+    NetworkPolicy's spec is mutable and in no forceNew list) and creates the entity's own policy
+    after that update: the own policy depends on the shared one (components/project_environment.py
+    cites the SDK and engine source). Until the shared policy selects them, the new pods have DNS only."""
+    rendered = rendered_stacks[which]
+    after = rendered_graph(rendered)
+    added = added_entities(rendered)
+    assert added, "a namespace with several entities"
+    for namespace, service in added:
+        assert addition_problems(graph_without(rendered, namespace, service), after, namespace, service) == []
+    # The check sees the order: without the dependency the own policy may come first.
+    namespace, service = added[0]
+    shared = after.find("NetworkPolicy", ENTITIES_POLICY, namespace).urn
+    unordered = engine.Graph([
+        {**entry, "dependsOn": [u for u in entry.get("dependsOn") or () if u != shared]}
+        for entry in rendered.resources()
+    ])
+    problems = addition_problems(graph_without(rendered, namespace, service), unordered, namespace, service)
+    assert len(problems) == 1 and "may be created before" in problems[0], problems
 
 
 def test_the_upgrade_check_fails_when_an_entity_policy_does_not_wait(rendered_stacks):
