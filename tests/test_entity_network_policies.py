@@ -35,6 +35,7 @@ from infra import config as stack_config
 from tests import cloudstate_variants
 from tests.armada_variants import config_of as stack_file_config
 from tests.conftest import ROOT, objects
+from tests.test_monitoring import MONITORED, stack as monitored_stack
 from tests.test_network_policies import (
     INTERNET, PROBE_PORTS, SERVICE_IP, USER, Address, Cluster, Pod, cluster_of, every_rule,
 )
@@ -265,6 +266,23 @@ def test_the_shared_policy_name_is_no_entitys():
         "test", projects=lambda projects: [{**projects[0], "entities": [{**projects[0]["entities"][0], "name": "a.b"}]}])
     with pytest.raises(stack_config.ConfigError, match=re.escape("projects[0].entities[0].name: 'a.b'")):
         stack_config.load(entity.values)
+
+
+def test_the_docs_name_every_policy_that_selects_entity_pods():
+    """docs/network-policies.md and docs/cloudstate.md name each NetworkPolicy that selects an entity
+    pod (the stack with `platform.monitoring.enabled`, so the scrape policy is among them), but the
+    entities' own, which are named after their Services."""
+    rendered = monitored_stack(MONITORED)
+    cluster = cluster_of({"test": rendered})
+    services = {o["metadata"]["name"] for o in objects(rendered, "StatefulService")}
+    entity_pods = [p for p in cluster.pods if p.labels.get(SERVICE_LABEL) in services]
+    names = {p["metadata"]["name"] for p in cluster.policies
+             if p["metadata"]["name"] not in services and any(cluster._selects(p, pod) for pod in entity_pods)}
+    assert {ENTITIES_POLICY, network.DEFAULT_DENY, network.ALLOW_DNS} < names, names
+    for doc in ("network-policies.md", "cloudstate.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        missing = sorted(n for n in names - {network.DEFAULT_DENY, network.ALLOW_DNS} if f"`{n}`" not in text)
+        assert not missing, (doc, missing)
 
 
 # --- the upgrade -----------------------------------------------------------------------------------
