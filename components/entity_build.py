@@ -274,7 +274,8 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in problems(news)])
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        # `olds` are the previous outputs (dynamic/__main__.py `Diff`), which repeat the inputs.
+        # `olds` are the previous outputs (dynamic/__main__.py `Diff`), which repeat the inputs; both
+        # sides arrive without secret wrappers (its `Configure` answers acceptSecrets=False).
         replaces = [key for key in REPLACING_INPUTS if olds.get(key) != news.get(key)]
         access = any(olds.get(key) != news.get(key) for key in REGISTRY_ACCESS_INPUTS)
         return dynamic.DiffResult(changes=bool(replaces) or access, replaces=replaces, delete_before_replace=False)
