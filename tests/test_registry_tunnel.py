@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from components import entity_build, kube_tunnel, registry_api
+from components import kube_tunnel, registry_api
 from components.entity_build import EntityBuildProvider
 from components.kube_tunnel import PodTunnel, TunnelError
 from components.registry_api import Credentials, RegistryError
 from tests.fake_kube_api import FakeKubeApi
 from tests.registry_server import build_oci_image, free_port, registry  # noqa: F401 (fixture)
-from tests.test_entity_build import armada_with, basic, make_context, props_for, push_image, succeeding
+from tests.test_entity_build import (  # noqa: F401 (logged is a fixture)
+    armada_with, basic, logged, make_context, props_for, push_image, succeeding,
+)
 
 NAMESPACE = "cloudstation"
 SELECTOR = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "registry"}
@@ -460,14 +462,6 @@ def test_the_dialer_reads_kubeconfig_when_the_tunnel_is_made(monkeypatch, tmp_pa
     assert kube_tunnel.dialer(None) is None
     dial = kube_tunnel.dialer({"namespace": NAMESPACE, "selector": SELECTOR, "port": 5000.0, "context": "c"})
     assert (dial.__self__.kubeconfig, dial.__self__.context, dial.__self__.port) == (str(tmp_path / "a"), "c", 5000)
-
-
-@pytest.fixture
-def logged(monkeypatch) -> list[str]:
-    messages: list[str] = []
-    monkeypatch.setattr(entity_build.pulumi.log, "info", lambda message, *a, **k: messages.append(message))
-    monkeypatch.setattr(entity_build.pulumi.log, "warn", lambda message, *a, **k: messages.append("warn: " + message))
-    return messages
 
 
 @pytest.mark.parametrize("through_tunnel", [False, True], ids=["direct", "tunnel"])
