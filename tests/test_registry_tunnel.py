@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -280,8 +281,6 @@ def test_token_refreshes_of_the_shared_configuration_run_one_at_a_time(api, monk
 def test_a_hung_handshake_does_not_hold_up_the_next_dial(registry, api):
     """No lock across port-forwards: while one handshake hangs, another dial of the same tunnel
     opens its own at once; the hung one gives up at its timeout."""
-    import time
-
     pods = tunnel()
     assert pods.ready_pod() == "registry-7d9f-abcde"
     pods._pod = "registry-7d9f-abcde"
@@ -321,6 +320,11 @@ def test_a_pod_list_while_a_port_forward_opens_goes_out_as_a_list(registry, api)
         threading.Event().wait(0.01)
     assert pods.ready_pod() == "registry-7d9f-abcde"
     opening.join(10)
+    # The fake, as the kubelet, sends the port frames before it connects to the pod's port: the
+    # dial may return before the relay is recorded.
+    deadline = time.monotonic() + 5
+    while not api.tunnels and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
     assert len(opened) == 1 and len(api.tunnels) == 1
     opened[0].close()
 
