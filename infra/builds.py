@@ -68,8 +68,13 @@ def tunnels_to_registry(config: StackConfig) -> bool:
     """Whether the build provider reaches the registry API through its own port-forward through
     the Kubernetes API (components/kube_tunnel.py), so the deployer's machine needs no registry
     port-forward: armada builds without an explicit `platform.registry.pushHost` (with one, it is
-    reached there, as today). Local builds push with the Docker engine, which needs a host port."""
-    return in_armada(config) and not config.platform.registry.push_host
+    reached there, as today). Local builds push with the Docker engine, which needs a host port.
+    Not with `kubernetes.renderYamlToDirectory`: that stack names no kube context (pulumi-kubernetes
+    refuses both), so a tunnel would go to whatever cluster the current context is, and the
+    registry's credentials to a pod there; the registry is then reached at its push host as without
+    a tunnel (a port-forward `python -m infra port-forwards` lists, or `pushHost`)."""
+    return (in_armada(config) and not config.platform.registry.push_host
+            and config.kubernetes.render_yaml_to_directory is None)
 
 
 def registry_tunnel(config: StackConfig) -> dict:

@@ -159,6 +159,15 @@ def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
     assert port_forwards(render.stack_config.load(stack_file(OWN_CLUSTER).values)) == []
     result = run_cli("port-forwards", "--stack", "test")
     assert result.returncode == 0 and result.stdout.splitlines() == ["armada armada-server 8080:8080"]
+    # Rendering to a directory names no kube context, so no tunnel (it would go to the current
+    # context's cluster, and the registry's credentials with it): the registry is forwarded again.
+    values = dict(render.StackFile.read("test").values)
+    values["cloudstation:kubernetes"] = json.dumps({"renderYamlToDirectory": "rendered/test"})
+    rendering = render.stack_config.load(values)
+    assert port_forwards(rendering) == [
+        f"{rendering.platform.namespace} registry {rendering.platform.registry.node_port}:5000",
+        "armada armada-server 8080:8080",
+    ]
 
 
 def test_resources_json_records_the_options_the_engine_acts_on(mocked, tmp_path):
