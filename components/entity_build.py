@@ -9,8 +9,9 @@
    against `contextDigest`, the one the program put in the job's pod spec; uploads it as an OCI
    artifact (`contextRepository:<contentTag>`, blobs the registry already has are not sent again);
    submits the job item (`jobItem`, the full pod spec as JSON text, an input so the offline render
-   shows what will run; see `job_item_text`) to `queue` / `jobSetId` over Armada's REST API; polls its state every `pollSeconds`,
-   at most `timeoutSeconds`, logging each state change (the `pulumi up` display shows it);
+   shows what will run; see `job_item_text`) to `queue` / `jobSetId` over Armada's REST API; polls
+   its state every `pollSeconds`, at most `timeoutSeconds`, logging each state change (the
+   `pulumi up` display shows it);
 3. a failed job raises an error with Armada's error text for it (`/v1/job/errors`: the test
    output) and, when `binocularsUrl` is set, the pod's last log lines; a job still running at the
    timeout is cancelled (best effort) and the error says so;
@@ -170,8 +171,9 @@ def problems(news: dict) -> list[tuple[str, str]]:
     for key in ("timeoutSeconds", "pollSeconds"):
         if known(key) and not (isinstance(news[key], (int, float)) and not isinstance(news[key], bool) and news[key] > 0):
             found.append((key, f"must be a positive number of seconds, got {news[key]!r}"))
-    if known("registryTunnel") and tunnel_problem(news["registryTunnel"]):
-        found.append(("registryTunnel", tunnel_problem(news["registryTunnel"])))
+    tunnel = tunnel_problem(news["registryTunnel"]) if known("registryTunnel") else None
+    if tunnel:
+        found.append(("registryTunnel", tunnel))
     if known("jobItem"):
         try:
             item = json.loads(news["jobItem"]) if isinstance(news["jobItem"], str) else None

@@ -268,16 +268,8 @@ class _ForwardSocket:
         return size
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        try:
-            data = self._socket.recv(bufsize, flags)
-        except ConnectionError:
-            self._eof()
-            raise
-        if data:
-            self._received += len(data)
-        elif bufsize:
-            self._eof()
-        return data
+        buffer = bytearray(bufsize)
+        return bytes(buffer[:self.recv_into(buffer, bufsize, flags)])
 
     def makefile(self, mode: str = "r", buffering: Optional[int] = None, **_kwargs):
         if mode != "rb":
