@@ -157,7 +157,7 @@ def _serialize_refresh(configuration) -> None:
 
 def _check_transport(configuration, name: str, source: str) -> None:
     """The registry's credentials travel inside the API connection: never in clear to another host."""
-    from components.registry_api import is_loopback
+    from components.transport import is_loopback
 
     server = urlsplit(configuration.host)
     if server.scheme == "http" and not is_loopback(server.hostname):

@@ -46,7 +46,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import re
@@ -61,6 +60,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from infra.image_refs import DIGEST_REF_FORM, split
 from components.limits import MAX_MANIFEST_BYTES, MAX_SMALL_ANSWER_BYTES, Deadline, DeadlineExceeded
+from components.transport import is_loopback
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -77,7 +77,6 @@ INSECURE_ENV = "CLOUDSTATION_INSECURE_REGISTRIES"
 ADDRESSES_ENV = "CLOUDSTATION_REGISTRY_ADDRESSES"
 
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 5
 USER_AGENT = "cloudstation-promote"
@@ -85,17 +84,6 @@ USER_AGENT = "cloudstation-promote"
 
 class RegistryError(Exception):
     """The registry refused or answered something unexpected; str() says which image and why."""
-
-
-def is_loopback(hostname: Optional[str]) -> bool:
-    if not hostname:
-        return False
-    if hostname.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

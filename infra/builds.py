@@ -27,7 +27,7 @@ from components.build_job import LABEL_CONTENT_TAG, LABEL_ENTITY, LABEL_PROJECT,
 from components.builds_namespace import BuildsNamespace, BuildsNamespaceArgs
 from components.entity_build import EntityBuild, EntityBuildArgs
 from components.registry import PORT as REGISTRY_PORT
-from components.registry_api import is_loopback
+from components.transport import is_loopback
 from infra import public_egress
 from infra.config import Environment, StackConfig
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
+import urllib.parse
 
 import pytest
 
@@ -27,7 +28,11 @@ def test_any_redirect_is_an_error_and_is_not_followed():
     assert elsewhere.seen == []  # the credentials never went there
 
 
-@pytest.mark.parametrize("url", ["http://armada.example:8080", "http://10.0.0.7", "http://armada-server.armada.svc:8080"])
+@pytest.mark.parametrize("url", [
+    "http://armada.example:8080", "http://10.0.0.7", "http://armada-server.armada.svc:8080",
+    # Host names that merely start like a loopback address (issue 20 finding 8): resolved by DNS to anywhere.
+    "http://127.attacker.example:8080", "http://127.0.0.1.nip.io:8080", "http://localhost.attacker.example",
+])
 def test_basic_auth_is_never_sent_over_plain_http_beyond_loopback(url):
     client = QueueClient(url, headers={"Authorization": BASIC}, timeout=2)
     started = time.monotonic()
@@ -45,6 +50,15 @@ def test_loopback_plain_http_and_no_credentials_still_work():
         assert client.get("q")["name"] == "q"
     with ScriptedServer(lambda seen: (404, {"Content-Type": "application/json"}, b'{"code": 5}')) as server:
         assert QueueClient(server.url.replace("127.0.0.1", "localhost")).get("q") is None
+
+
+@pytest.mark.parametrize("host", ["localhost", "LocalHost", "127.0.0.1", "127.1.2.3", "[::1]"])
+def test_loopback_is_decided_by_address_as_the_registry_client_does(host):
+    from components import registry_api, transport
+
+    assert transport.is_loopback(urllib.parse.urlsplit(f"http://{host}:8080").hostname)
+    assert registry_api.is_loopback is transport.is_loopback  # one helper, not two copies
+    assert queue_api.is_loopback is transport.is_loopback
 
 
 def test_a_huge_answer_is_refused_unread():

@@ -15,6 +15,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Optional
 
+from components.transport import is_loopback
+
 # gRPC status codes (google.rpc.Code) the gateway puts in `code`, for readable errors.
 GRPC_CODES = {
     3: "InvalidArgument", 5: "NotFound", 6: "AlreadyExists", 7: "PermissionDenied",
@@ -34,10 +36,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def _is_loopback(host: Optional[str]) -> bool:
-    return host is not None and (host == "localhost" or host == "::1" or host.startswith("127."))
 
 
 def _read(response, deadline: float) -> bytes:
@@ -132,7 +130,7 @@ class RestClient:
         if data is not None:
             headers["Content-Type"] = "application/json"
         parts = urllib.parse.urlsplit(url)
-        if any(k.lower() == "authorization" for k in headers) and parts.scheme != "https" and not _is_loopback(
+        if any(k.lower() == "authorization" for k in headers) and parts.scheme != "https" and not is_loopback(
             parts.hostname
         ):
             raise self._failure(
