@@ -4,9 +4,9 @@ The tests run them on the rendered graph of every stack, and the policy pack (po
 on the resources the Pulumi engine passes it; each returns a list of problems
 (empty when fine), so a failure names every offending object at once.
 
-This module imports only the standard library, PyYAML, infra/image_refs.py and infra/public_egress.py:
-the policy pack runs it in its own virtualenv (policy/requirements.txt), without the program's
-dependencies.
+This module imports only the standard library, PyYAML, infra/image_refs.py, infra/public_egress.py and
+infra/address_blocks.py: the policy pack runs it in its own virtualenv (policy/requirements.txt), without
+the program's dependencies.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 
 import yaml
 
-from infra import public_egress
+from infra import address_blocks, public_egress
 from infra.image_refs import DIGEST_REF
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "ReplicaSet",
@@ -668,9 +668,6 @@ def network_policy_violations(objects: list[dict]) -> list[str]:
     return problems
 
 
-EVERY_ADDRESS = ("0.0.0.0/0", "::/0")
-
-
 def _every_address(cidr: object) -> bool:
     try:
         return ipaddress.ip_network(str(cidr), strict=False).prefixlen == 0
@@ -687,8 +684,9 @@ def open_peer_violations(name: str, spec: dict, allow_any_address: bool = False,
     """NetworkPolicy rules open to every peer: a rule whose `from`/`to` is missing or empty (the
     NetworkPolicy API reads that as every source or destination, in and outside the cluster), an
     empty peer `{}`, and, unless `allow_any_address` (the stacks' allowAnyAddress/allowAnySource
-    opt-ins), an ipBlock of every address (0.0.0.0/0, ::/0) or every pod of every namespace
-    (namespaceSelector {} without a podSelector that narrows it).
+    opt-ins), ipBlocks that together are open (infra/address_blocks.py: 0.0.0.0/0, ::/0, their halves,
+    blocks wider than /8) or every pod of every namespace (namespaceSelector {} without a podSelector
+    that narrows it).
 
     `public_egress_ports` is given only for the builds namespace's egress policy of a stack that sets
     `platform.builds.publicEgress.enabled` (infra/public_egress.py `OptIn.covers`): there, and nowhere
@@ -707,15 +705,19 @@ def open_peer_violations(name: str, spec: dict, allow_any_address: bool = False,
                 problems += [f"{where}: not the public-egress rule of {public_egress.KEY}: {reason}"
                              for reason in public_egress.rule_problems(rule, public_egress_ports)]
                 continue
+            # The rule's address blocks together, so that 0.0.0.0/1 and 128.0.0.0/1 are 0.0.0.0/0 (an
+            # except only narrows a block: left out).
+            cidrs = [str(p["ipBlock"]["cidr"]) for p in peers
+                     if isinstance(p, dict) and isinstance(p.get("ipBlock"), dict) and p["ipBlock"].get("cidr") is not None]
+            reason = address_blocks.open_reason(cidrs)
+            if reason and not allow_any_address:
+                problems.append(f"{where}: ipBlocks {', '.join(cidrs)}: {reason} (infra/address_blocks.py; every "
+                                "address needs the stack's allowAnyAddress opt-in and the pack's allowAnyAddress config)")
             for number, peer in enumerate(peers):
                 at = f"{where}.{key}[{number}]"
                 if not peer:
                     problems.append(f"{at}: an empty peer {{}} (name pods, namespaces or address blocks)")
                     continue
-                cidr = (peer.get("ipBlock") or {}).get("cidr")
-                if cidr is not None and _every_address(cidr) and not allow_any_address:
-                    problems.append(f"{at}: ipBlock {cidr} matches every address ({' and '.join(EVERY_ADDRESS)} "
-                                    "need the stack's allowAnyAddress opt-in and the pack's allowAnyAddress config)")
                 if "namespaceSelector" in peer and _empty_selector(peer["namespaceSelector"]) \
                         and _empty_selector(peer.get("podSelector", {})) and not allow_any_address:
                     problems.append(f"{at}: namespaceSelector {{}} selects every pod of every namespace")

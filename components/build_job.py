@@ -99,6 +99,13 @@ PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 RegistryMirror = Annotated[str, AfterValidator(_mirror)]
 
 
+MirrorCidrs = network.cidr_list(
+    f"{network.LIST_THE_NETWORKS}; services behind CDNs, whose addresses cannot be listed, need "
+    f"{public_egress.KEY}.enabled: true (public addresses only) instead"
+)
+"""A build destination's addresses: the one opt-in to many addresses is `publicEgress`."""
+
+
 class BuildEgress(ConfigModel):
     """A destination build pods may reach besides DNS and the registry: a package mirror (npm,
     Maven) or a registry mirror of base images. NetworkPolicies name addresses, not host names:
@@ -108,7 +115,7 @@ class BuildEgress(ConfigModel):
     hosts: list[str] = []
     """Host names, for the record and the check: in-cluster Services `<svc>.<namespace>.svc…`
     become that namespace's pods; any other host needs `cidrs`."""
-    cidrs: list[network.Cidr] = []
+    cidrs: MirrorCidrs = []
     """The destination's addresses as CIDRs, e.g. [10.20.30.0/24] for a Nexus or Artifactory."""
     ports: list[network.Port] = Field(default=[443], min_length=1)
     """The destination's ports (HTTPS by default)."""

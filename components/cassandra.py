@@ -54,7 +54,7 @@ class CassandraSettings(ConfigModel):
     schema has no port field)."""
     credentials_secret: Optional[SecretRef] = None
     """external: an existing Secret with keys `username` and `password`."""
-    cidrs: list[network.Cidr] = []
+    cidrs: network.Cidrs = []
     """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
     required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
     allow_any_address: bool = False

@@ -7,8 +7,10 @@ No rule is open to every peer: a rule always names its peers (an empty or missin
 means "everyone" in Kubernetes, so `_rule` refuses it), and an address block matching every
 address (0.0.0.0/0, ::/0) appears only where a stack sets an opt-in key named for it
 (`allowAnyAddress`, `allowAnySource`, and `platform.builds.publicEgress`, whose rule excepts every
-non-public block: infra/public_egress.py). Servers outside the cluster (the Kubernetes API server,
-external stores, Redis, Pulsar) are reached at the CIDRs their config lists.
+non-public block: infra/public_egress.py); nor does a config list of blocks that is open together
+(`cidr_list`, infra/address_blocks.py: 0.0.0.0/1 and 128.0.0.0/1 are 0.0.0.0/0). Servers outside the
+cluster (the Kubernetes API server, external stores, Redis, Pulsar) are reached at the CIDRs their
+config lists.
 
 Peers are camelCase dicts as they appear in the rendered manifests. An `Endpoint` is what a
 client needs to reach a server: the peers that select it and its ports.
@@ -24,6 +26,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, IPvAnyNetwork, mode
 
 from components.k8s import metadata
 from components.model import ConfigModel, DnsLabel, problem
+from infra import address_blocks
 
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace (immutable), so it can select namespaces by name."""
@@ -70,6 +73,35 @@ def _not_every_address(network: Any) -> Any:
 Cidr = Annotated[IPvAnyNetwork, BeforeValidator(_parse_cidr), AfterValidator(_not_every_address)]
 """A network in CIDR notation (host bits zero), never one that matches every address."""
 
+
+def open_problem(networks: Sequence[Any], remedy: str, subpath: str = "") -> Optional[Any]:
+    """The config problem of an address list that is open together (infra/address_blocks.py: e.g.
+    0.0.0.0/1 and 128.0.0.0/1), naming what is allowed and `remedy`; None when it is not."""
+    reason = address_blocks.open_reason(networks)
+    if reason is None:
+        return None
+    return problem(f"{reason}; {address_blocks.ALLOWED}; {remedy}", subpath, [str(n) for n in networks] if subpath else None)
+
+
+def cidr_list(remedy: str) -> Any:
+    """A list of `Cidr`s that together are not open either; `remedy` says what to do instead
+    (list the networks meant, or the opt-in beside the key)."""
+
+    def check(networks: list) -> list:
+        found = open_problem(networks, remedy)
+        if found is not None:
+            raise found
+        return networks
+
+    return Annotated[list[Cidr], AfterValidator(check)]
+
+
+LIST_THE_NETWORKS = "list the networks you mean"
+Cidrs = cidr_list(f"{LIST_THE_NETWORKS}, or set allowAnyAddress: true beside it to allow any address knowingly")
+"""A server's addresses (the opt-in beside them: `allowAnyAddress`)."""
+SourceCidrs = cidr_list(f"{LIST_THE_NETWORKS}, or set allowAnySource: true beside it to admit any source knowingly")
+"""Clients' addresses (the opt-in beside them: `allowAnySource`)."""
+
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -80,7 +112,7 @@ class KubernetesApi(ConfigModel):
     translates to the control-plane nodes' addresses on 6443 before the NetworkPolicy is evaluated
     (docs/network-policies.md), so the policies name those addresses and that port."""
 
-    cidrs: list[Cidr] = Field(default=[KIND_NODE_CIDR], validate_default=True)
+    cidrs: Cidrs = Field(default=[KIND_NODE_CIDR], validate_default=True)
     """The API server's addresses as CIDRs (the endpoints of `kubectl get endpoints kubernetes`).
     The default is kind's node network; set your control plane's addresses on any other cluster."""
     ports: list[Port] = Field(default=[KUBERNETES_API_PORT], min_length=1)
@@ -108,7 +140,7 @@ class Sources(ConfigModel):
 
     namespaces: list[DnsLabel] = []
     """Namespaces whose pods may connect, e.g. your Ingress controller's."""
-    cidrs: list[Cidr] = []
+    cidrs: SourceCidrs = []
     """Client addresses outside the cluster, e.g. a LoadBalancer's clients (with
     `externalTrafficPolicy: Local`, which keeps their source addresses)."""
     allow_any_source: bool = False

@@ -78,7 +78,7 @@ class PostgresSettings(ConfigModel):
     """external: the Secret holding `username` and `password` of a role that owns the databases."""
     create_databases: bool = True
     """external: create missing databases with a Job (the role needs CREATEDB); false if they exist."""
-    cidrs: list[network.Cidr] = []
+    cidrs: network.Cidrs = []
     """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
     required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
     allow_any_address: bool = False

@@ -118,7 +118,7 @@ class S3Target(ConfigModel):
     credentials_secret: SecretRef
     """An existing Secret with keys `accessKeyId` and `secretAccessKey`; copied into each store's
     namespace (credentials never appear in config)."""
-    cidrs: list[network.Cidr] = []
+    cidrs: network.Cidrs = []
     """The endpoint's addresses as CIDRs, the only ones the backup pods' NetworkPolicy allows;
     required unless the endpoint is a Service in the cluster (`<service>.<namespace>.svc`)."""
     allow_any_address: bool = False

@@ -79,7 +79,7 @@ class PulsarSettings(ConfigModel):
     """external: broker service URL, `pulsar://host:6650` (required for external)."""
     admin_url: Optional[str] = Field(default=None, pattern=r"^https?://[^\s]+$")
     """external: admin (web service) URL, `http://host:8080` (required for external)."""
-    cidrs: list[network.Cidr] = []
+    cidrs: network.Cidrs = []
     """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
     required unless the URLs' hosts are in-cluster Services (`<service>.<namespace>.svc`)."""
     allow_any_address: bool = False

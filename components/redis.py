@@ -59,7 +59,7 @@ class RedisSettings(ConfigModel):
     """external: Secret in the Armada namespace that holds the Redis password (required for external)."""
     password_key: str = PASSWORD_KEY
     """external: key of the password in `existingSecret`."""
-    cidrs: list[network.Cidr] = []
+    cidrs: network.Cidrs = []
     """external: the server's addresses as CIDRs, the only ones its clients' NetworkPolicies allow;
     required unless `host` is an in-cluster Service (`<service>.<namespace>.svc`)."""
     allow_any_address: bool = False

@@ -32,6 +32,7 @@ from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import StoresConfig
+from components import network
 from components.network import KubernetesApi
 from components.monitoring import MonitoringConfig
 from components.model import problems as several_problems
@@ -333,6 +334,23 @@ class PlatformConfig(ConfigModel):
         """Where Armada runs the build pods (`<platform namespace>-build`: as long as the
         project-state namespace `-state`, whose length check covers both)."""
         return f"{self.namespace}-build"
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_addresses_not_open(cls, registry: RegistryConfig) -> RegistryConfig:
+        # RegistryConfig's address lists are plain networks (not components/network.py `Cidrs`); both
+        # go into one ingress rule of the registry's NetworkPolicy, so their union is checked too.
+        remedy = network.LIST_THE_NETWORKS + " (the nodes' addresses, the LoadBalancer's clients)"
+        lists = [(".nodeCidrs", registry.node_cidrs), (".loadBalancerSourceRanges", registry.load_balancer_source_ranges)]
+        found = [p for subpath, blocks in lists if (p := network.open_problem(blocks, remedy, subpath)) is not None]
+        if not found and registry.load_balancer:
+            together = network.open_problem([*registry.node_cidrs, *registry.load_balancer_source_ranges],
+                                            "nodeCidrs and loadBalancerSourceRanges together form that rule; " + remedy,
+                                            ".nodeCidrs")
+            found = [together] if together is not None else []
+        if found:
+            raise several_problems(found)
+        return registry
 
     @model_validator(mode="after")
     def _watch_only_when_owner(self) -> "PlatformConfig":

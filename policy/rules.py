@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from infra import public_egress, versions
+from infra import address_blocks, public_egress, versions
 from cloudstation_tools import checks  # noqa: E402  (the repo root is on the path only from here on)
 
 PROJECT = "cloudstation"
@@ -328,7 +328,6 @@ def _network_policies(args: StackValidationArgs, report: ReportViolation) -> Non
     report_all(report, checks.network_policy_violations([obj for _, obj in objects]))
 
 
-OPEN_RANGES = ("0.0.0.0/0", "::/0")
 REGISTRY_NODE_PORT = 32000
 """The registry's documented NodePort (platform.registry.nodePort's default, docs/registry.md)."""
 
@@ -357,9 +356,10 @@ def _registry_exposure(args: StackValidationArgs, report: ReportViolation) -> No
                    "allowRegistryExposure: true", urn)
         elif obj["kind"] == "Service":
             ranges = spec.get("loadBalancerSourceRanges") or []
-            if not ranges or set(ranges) & set(OPEN_RANGES):
-                report(f"{what}: a registry LoadBalancer admits only listed clients "
-                       f"(loadBalancerSourceRanges without {' or '.join(OPEN_RANGES)}), not {ranges}", urn)
+            reason = address_blocks.open_reason(ranges) if ranges else "none listed, which admits every client"
+            if reason:
+                report(f"{what}: a registry LoadBalancer admits only listed clients (loadBalancerSourceRanges "
+                       f"that together are not open, infra/address_blocks.py), not {ranges}: {reason}", urn)
 
 
 def stack_file_secret_keys(directory: Path, stack: str) -> Optional[set[str]]:
@@ -482,8 +482,10 @@ no_secrets_in_configmaps = ResourceValidationPolicy(
 no_open_network_peers = ResourceValidationPolicy(
     name="no-open-network-peers",
     description="No NetworkPolicy rule is open to every peer: every ingress rule names its `from` and every egress "
-                "rule its `to` (missing or `[]` means everyone), no peer is `{}`, and no peer is every address "
-                "(ipBlock 0.0.0.0/0 or ::/0) or every pod of every namespace (namespaceSelector {}) unless the pack "
+                "rule its `to` (missing or `[]` means everyone), no peer is `{}`, and no rule's ipBlocks are open "
+                "together (0.0.0.0/0, ::/0, their halves, a merged block wider than /8 or IPv6 /32, more than a /8's "
+                "worth of public addresses: infra/address_blocks.py) and no peer is every pod of every namespace "
+                "(namespaceSelector {}) unless the pack "
                 "runs with allowAnyAddress: true for a stack that sets an allowAnyAddress/allowAnySource opt-in. The "
                 "builds' public-egress rule (infra/public_egress.py) passes without it, exactly as defined and only in "
                 "the builds namespace's build-egress policy of a stack that sets platform.builds.publicEgress.enabled.",
@@ -510,7 +512,7 @@ registry_not_exposed = StackValidationPolicy(
                 "NodePort, never externalIPs, and no LoadBalancer, Ingress or Gateway API route (HTTPRoute, "
                 "GRPCRoute, TLSRoute, TCPRoute, UDPRoute) unless the stack asks for one (platform.registry."
                 "loadBalancer or .ingress) and the pack runs with allowRegistryExposure: true; even then a registry "
-                "LoadBalancer lists its clients in loadBalancerSourceRanges.",
+                "LoadBalancer lists its clients in loadBalancerSourceRanges, not open together (infra/address_blocks.py).",
     validate=_registry_exposure,
     enforcement_level=MANDATORY,
     config_schema=PolicyConfigSchema(

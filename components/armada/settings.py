@@ -15,7 +15,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from components.k8s import Resources
 from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
 from components.model import ConfigModel, DnsLabel, ShortDnsLabel, check_mode_keys, problem, problems, unique_names
-from components.network import Cidr, Port, Sources, check_server_addresses
+from components.network import Cidrs, Port, Sources, check_server_addresses, cidr_list, open_problem
 from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs
 from components.pulsar import PulsarSettings
 from components.redis import RedisSettings
@@ -327,6 +327,11 @@ def _no_localhost(host: str, where: str, value: str) -> None:
         )
 
 
+WORKER_ADDRESSES = "list the addresses the workers' executors connect from (their clusters' egress NAT or nodes)"
+WorkerCidrs = cidr_list(WORKER_ADDRESSES)
+"""A worker's source addresses: no opt-in opens the exposed executor API to everyone."""
+
+
 class WorkerSettings(ConfigModel):
     """An executor on another cluster (its own stack, `armada.mode: executor-only`) that this
     stack's scheduler accepts: a generated user, its pool, and where it connects from."""
@@ -340,7 +345,7 @@ class WorkerSettings(ConfigModel):
     cluster_id: Optional[DnsLabel] = None
     """The worker's `application.clusterId` (its `executors[0].clusterId`); unset means `name`.
     Distinct from every other executor's."""
-    cidrs: list[Cidr] = Field(min_length=1)
+    cidrs: WorkerCidrs = Field(min_length=1)
     """The addresses the worker's executor connects from, as the scheduler's pods see them (the
     worker cluster's egress NAT or node addresses); the only sources admitted to the exposed
     executor API besides this cluster's own clients."""
@@ -390,7 +395,7 @@ class RemoteSchedulerSettings(ConfigModel):
     address: str = Field(pattern=ADDRESS)
     """`host:port` of the main stack's exposed executor API (its `armada.executorApi.host` and
     `port`, or a node's address and the node port)."""
-    cidrs: list[Cidr] = []
+    cidrs: Cidrs = []
     """The addresses `address` resolves to: the executor's NetworkPolicy allows only these."""
     allow_any_address: bool = False
     """Opt in to letting the executor connect to ANY address on the port (instead of `cidrs`)."""
@@ -702,6 +707,11 @@ class ArmadaConfig(ConfigModel):
                           ".executorApi", self.executor_api.model_dump(by_alias=True, mode="json"))
         if not self.workers:
             return self
+        # Every worker's CIDRs form one rule (and one loadBalancerSourceRanges, components/armada/scheduler.py).
+        together = open_problem([c for w in self.workers for c in w.cidrs],
+                                f"the workers' cidrs together form that rule; {WORKER_ADDRESSES}", ".workers")
+        if together is not None:
+            raise together
         local = {e.name for e in self.executors}
         ids: dict[str, str] = {(e.cluster_id or e.name): f"executors[{i}]" for i, e in enumerate(self.executors)}
         for index, worker in enumerate(self.workers):
