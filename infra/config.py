@@ -464,6 +464,9 @@ class PlatformConfig(ConfigModel):
         return self
 
 
+KUBERNETES_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+"""Namespaces every cluster has, holding the cluster's own objects (kube-system: its controllers' credentials)."""
+
 WORKER_UNUSED_PLATFORM_KEYS = (
     "namespace", "project_state", "registry", "cloudstate", "stores", "project_state_store", "builds",
 )
@@ -556,6 +559,39 @@ class StackConfig(ConfigModel):
                         f"projects[{index}].entities[{position}].name",
                         entity.name,
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _job_namespaces_stay_out_of_the_platform(self) -> "StackConfig":
+        # A job pod may mount any Secret of its namespace, and Armada's executor is granted a Role in
+        # each job namespace (components/armada/cluster.py): never beside the platform's, a project's
+        # or the cluster's own objects. One Armada serves both stacks of a shared cluster: both
+        # environments of every project are refused.
+        from infra import cluster_sharing
+
+        armada, platform = self.platform.armada, self.platform.namespace
+        reserved = {
+            armada.namespace: f"the Armada namespace '{armada.namespace}' (platform.armada.namespace)",
+            platform: "the platform namespace (platform.namespace)",
+            cluster_sharing.project_state_namespace(platform): "the project-state namespace (`<platform namespace>-state`)",
+        }
+        for project in self.projects:
+            for environment in Environment:
+                reserved.setdefault(cluster_sharing.project_namespace(project.name, environment.value),
+                                    f"a namespace of project '{project.name}' (`<project>-test`, `<project>-prod`)")
+        for namespace in self.platform.cloudstate.extra_watched_namespaces:
+            reserved.setdefault(namespace, "an entity namespace of a stack sharing this cluster "
+                                           "(platform.cloudstate.extraWatchedNamespaces)")
+        for namespace in KUBERNETES_NAMESPACES:
+            reserved.setdefault(namespace, "a Kubernetes system namespace")
+        found = [
+            problem(f"job namespaces must not include {reserved[namespace]}: a job pod could mount its Secrets, and "
+                    "Armada's executor is granted a Role there; use namespaces of their own, e.g. armada-jobs",
+                    f"platform.armada.jobNamespaces[{index}]", namespace)
+            for index, namespace in enumerate(armada.job_namespaces) if namespace in reserved
+        ]
+        if found:
+            raise several_problems(found)
         return self
 
     @model_validator(mode="after")

@@ -348,6 +348,43 @@ def test_insecure_settings_are_config_errors_naming_the_key(armada_section, wher
     assert where in str(error.value)
 
 
+def test_job_namespaces_stay_out_of_the_platform():
+    """A job pod may mount any Secret of its namespace, and the executor gets a RoleBinding in each job
+    namespace: the platform's, the project-state's, every project's (test and prod: one Armada serves
+    both stacks on a shared cluster), the other stacks' watched ones, Kubernetes' own and Armada's are
+    refused, every one at once, naming the key."""
+    reserved = {
+        "cloudstation": "the platform namespace",
+        "cloudstation-state": "the project-state namespace",
+        "p-test": "project 'p'",
+        "p-prod": "project 'p'",
+        "cloudstation-prod-state": "platform.cloudstate.extraWatchedNamespaces",
+        "kube-system": "a Kubernetes system namespace",
+        "kube-public": "a Kubernetes system namespace",
+        "kube-node-lease": "a Kubernetes system namespace",
+        "default": "a Kubernetes system namespace",
+        "armada": "the Armada namespace",
+    }
+    raw = minimal_stack({"cloudstate": {"extraWatchedNamespaces": ["cloudstation-prod-state"]},
+                         "armada": {"jobNamespaces": ["armada-jobs", *reserved]}})
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(raw)
+    problems = error.value.problems
+    assert len(problems) == len(reserved), problems
+    for index, (namespace, what) in enumerate(reserved.items(), start=1):
+        problem = problems[index - 1]
+        assert problem.startswith(f"cloudstation:platform.armada.jobNamespaces[{index}]: '{namespace}' — "), problem
+        assert what in problem and "armada-jobs" in problem, problem
+    # Another platform namespace moves what is reserved with it.
+    raw["cloudstation:platform"] = {**raw["cloudstation:platform"], "namespace": "team-a", "cloudstate": {},
+                                    "armada": {"jobNamespaces": ["cloudstation", "team-a-state"]}}
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(raw)
+    assert [p.split(" — ")[0] for p in error.value.problems] == [
+        "cloudstation:platform.armada.jobNamespaces[1]: 'team-a-state'"]
+    assert load({"jobNamespaces": ["armada-jobs", "batch", "p-staging"]}).platform.armada.job_namespaces
+
+
 def test_anonymous_access_is_allowed_only_behind_port_forwards():
     assert load({"auth": {"anonymous": True}}).platform.armada.auth.anonymous is True
     assert load({}).platform.armada.auth.anonymous is False

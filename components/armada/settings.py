@@ -466,7 +466,10 @@ class ArmadaConfig(ConfigModel):
     namespace: DnsLabel = "armada"
     """Namespace of the Armada services."""
     job_namespaces: list[DnsLabel] = Field(default=["armada-jobs"], min_length=1)
-    """Namespaces created for Armada jobs (the executors run pods there)."""
+    """Namespaces created for Armada jobs (the executors run pods there). Never the Armada namespace,
+    the platform namespace, `<platform namespace>-state`, a project's `<project>-test` or
+    `<project>-prod`, an `extraWatchedNamespaces` entry, `default` or `kube-*` (a job pod may mount the
+    Secrets of its namespace; infra/config.py)."""
     server: ServerSettings = ServerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     scheduler_ingester: ServiceSettings = ServiceSettings()
@@ -575,18 +578,6 @@ class ArmadaConfig(ConfigModel):
                 "set): set auth.anonymous: false (the default) and log in with the generated admin user "
                 "(docs/armada.md, 'Authentication')",
                 subpath, switch,
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _jobs_stay_out_of_the_platform(self) -> "ArmadaConfig":
-        # A pod may mount any Secret of its namespace: jobs must never run beside Armada's credentials.
-        if self.namespace in self.job_namespaces:
-            index = self.job_namespaces.index(self.namespace)
-            raise problem(
-                f"job namespaces must not include the Armada namespace '{self.namespace}' (a job pod could mount "
-                "its Secrets); use a namespace of its own, e.g. armada-jobs",
-                f".jobNamespaces[{index}]", self.namespace,
             )
         return self
 
