@@ -4,9 +4,9 @@ The tests run them on the rendered graph of every stack, and the policy pack (po
 on the resources the Pulumi engine passes it; each returns a list of problems
 (empty when fine), so a failure names every offending object at once.
 
-This module imports only the standard library, PyYAML, infra/image_refs.py, infra/public_egress.py and
-infra/address_blocks.py: the policy pack runs it in its own virtualenv (policy/requirements.txt), without
-the program's dependencies.
+This module imports only the standard library, PyYAML, infra/image_refs.py, infra/public_egress.py,
+infra/address_blocks.py and infra/credentials.py: the policy pack runs it in its own virtualenv
+(policy/requirements.txt), without the program's dependencies.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Iterator, Optional, Sequence
 import yaml
 
 from infra import address_blocks, public_egress
+from infra.credentials import CREDENTIAL_VALUE, LOOKS_LIKE, is_credential_name, plain_credentials
 from infra.image_refs import DIGEST_REF
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "ReplicaSet",
@@ -430,28 +431,12 @@ def platform_digest_violations(name: str, spec: dict, pins: dict[str, str]) -> l
     return problems
 
 
-# Credentials in places that are not Secrets. Names are compared without case and separators, so
-# `DB_PASSWORD`, `dbPassword` and `db-password` are alike; names of a *reference* to a credential
-# (a Secret's name, a key in a Secret, a file) are not credentials themselves.
-CREDENTIAL_WORDS = ("password", "passwd", "passphrase", "secret", "token", "credential", "privatekey", "apikey",
-                    "accesskey")
-CREDENTIAL_REFERENCE_ENDINGS = ("existingsecret", "secretname", "secretref", "keyref", "keyname", "passwordkey",
-                                "tokenkey", "file", "path", "url", "ttl", "enabled")
-CREDENTIAL_VALUE = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"          # PEM private key
-    r"|\$2[abxy]?\$[0-9]{2}\$[./A-Za-z0-9]{53}"    # bcrypt hash (htpasswd)
-    r"|\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"  # URL with an inline password
-    r"|\bAKIA[0-9A-Z]{16}\b"                       # AWS access key id
-)
+# Credentials in places that are not Secrets: which names and values are credentials is
+# infra/credentials.py's (shared with the stack config's checks of Armada's `extra`).
 # `key: value`, `key = value`, `"key": "value"` lines of YAML, JSON, HOCON, properties and env files.
 ASSIGNMENT = re.compile(r"""^[ \t]*(?:- )?["']?(?P<key>[A-Za-z_][\w.-]*)["']?[ \t]*[:=][ \t]*(?P<value>\S.*?)[ \t,]*$""",
                         re.MULTILINE)
 NOT_A_VALUE = ("", '""', "''", "null", "~", "true", "false", "{", "[", "|", ">", "|-", ">-")
-
-
-def is_credential_name(key: str) -> bool:
-    normal = re.sub(r"[^a-z0-9]", "", key.rsplit(".", 1)[-1].lower())
-    return any(word in normal for word in CREDENTIAL_WORDS) and not normal.endswith(CREDENTIAL_REFERENCE_ENDINGS)
 
 
 def credential_text_violations(where: str, text: str) -> list[str]:
@@ -465,7 +450,7 @@ def credential_text_violations(where: str, text: str) -> list[str]:
     if isinstance(parsed, (dict, list)):
         problems += credential_value_violations(where, parsed)
     if CREDENTIAL_VALUE.search(text):
-        problems.append(f"{where}: holds a credential (private key, password hash or URL with a password)")
+        problems.append(f"{where}: {LOOKS_LIKE}")
     for match in ASSIGNMENT.finditer(text):
         value = match["value"]
         if is_credential_name(match["key"]) and value not in NOT_A_VALUE and not value.startswith(("${", "$(")):
@@ -474,22 +459,9 @@ def credential_text_violations(where: str, text: str) -> list[str]:
 
 
 def credential_value_violations(where: str, value) -> list[str]:
-    """Credentials in structured data: scalars under credential names, credential-looking strings."""
-    if isinstance(value, dict):
-        problems = []
-        for key, item in value.items():
-            path = f"{where}.{key}"
-            if is_credential_name(str(key)) and isinstance(item, (str, int, float)) and not isinstance(item, bool) \
-                    and item != "" and not str(item).startswith(("${", "$(")):  # an environment reference
-                problems.append(f"{path}: a credential in plain text")
-            else:
-                problems += credential_value_violations(path, item)
-        return problems
-    if isinstance(value, list):
-        return [p for index, item in enumerate(value) for p in credential_value_violations(f"{where}[{index}]", item)]
-    if isinstance(value, str) and CREDENTIAL_VALUE.search(value):
-        return [f"{where}: holds a credential (private key, password hash or URL with a password)"]
-    return []
+    """Credentials in structured data: literals under credential names, credential-looking strings
+    (infra/credentials.py `plain_credentials`)."""
+    return [f"{where}{path}: {what}" for path, what in plain_credentials(value)]
 
 
 def configmap_violations(name: str, config_map: dict) -> list[str]:

@@ -37,6 +37,14 @@ def problem(allowed: str, subpath: str = "", value: object = None) -> PydanticCu
     )
 
 
+class NotShown:
+    """A problem's value that error messages never echo (a credential): infra/config.py shows
+    `(value not shown)` in its place."""
+
+
+NOT_SHOWN = NotShown()
+
+
 def problems(found: list[PydanticCustomError]) -> PydanticCustomError:
     """Several problems a model check found, as one error that infra/config.py reports line by line:
     switching a mode reports everything the new mode needs at once, not one key per run."""

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from components.model import ConfigModel, DnsLabel, ShortDnsLabel, problem, unique_names
+from components.model import ConfigModel, DnsLabel, NotShown, ShortDnsLabel, problem, unique_names
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
 from components.armada.settings import EXECUTOR_PASSWORD_KEY, ArmadaConfig
 from components.build_job import BuildSettings
@@ -750,6 +750,8 @@ def _path(loc: list) -> str:
 def _show(value: Any) -> str:
     if value is None:
         return "(not set)"
+    if isinstance(value, NotShown):
+        return "(value not shown)"
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -237,6 +237,64 @@ def test_queues_are_managed_as_the_generated_queue_user(rendered):
         assert armada_auth.QUEUES_USER not in queue.inputs["userOwners"] and queue.inputs["userOwners"]
 
 
+SECRET = "hunter2-do-not-echo"
+
+
+@pytest.mark.parametrize("armada_section, where", [
+    # The review's case: it rendered into ConfigMap armada-scheduler.
+    ({"scheduler": {"extra": {"postgres": {"connection": {"password": SECRET}}}}},
+     "platform.armada.scheduler.extra.postgres.connection.password"),
+    # Any case (Viper matches keys so), any depth, any service, lists too.
+    ({"server": {"extra": {"Auth": {"BasicAuth": {"Users": {"bob": {"PASSWORD": SECRET}}}}}}},
+     "platform.armada.server.extra.Auth.BasicAuth.Users.bob.PASSWORD"),
+    ({"eventIngester": {"extra": {"redis": {"password": SECRET}}}}, "platform.armada.eventIngester.extra.redis.password"),
+    ({"executors": [{"name": "a", "extra": {"pulsar": {"authToken": SECRET}}}]},
+     "platform.armada.executors[0].extra.pulsar.authToken"),
+    ({"lookout": {"extra": {"oidc": {"client_secret": SECRET}}}}, "platform.armada.lookout.extra.oidc.client_secret"),
+    ({"binoculars": {"extra": {"tls": {"privateKey": SECRET}}}}, "platform.armada.binoculars.extra.tls.privateKey"),
+    ({"schedulerIngester": {"extra": {"apiKeys": [SECRET]}}}, "platform.armada.schedulerIngester.extra.apiKeys"),
+    ({"lookoutIngester": {"extra": {"postgres": {"connection": {"credentials": 12345678}}}}},
+     "platform.armada.lookoutIngester.extra.postgres.connection.credentials"),
+    # A value that is a credential whatever its key: a URL with a password, a private key.
+    ({"server": {"extra": {"redis": {"addrs": [f"redis://:{SECRET}@redis.example.com:6379"]}}}},
+     "platform.armada.server.extra.redis.addrs[0]"),
+    ({"server": {"extra": {"tls": {"cert": "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----"}}}},
+     "platform.armada.server.extra.tls.cert"),
+])
+def test_no_credential_in_plain_text_through_extra(armada_section, where):
+    """`extra` is deep-merged into the service's ConfigMap: a credential there is plain text to anyone who
+    may read ConfigMaps. Refused before any resource, naming the key and where the value belongs, and
+    never echoing it."""
+    with pytest.raises(stack_config.ConfigError) as error:
+        load(armada_section)
+    [problem] = error.value.problems
+    assert problem.startswith(f"cloudstation:{where}: (value not shown) — "), problem
+    assert SECRET not in str(error.value) and "12345678" not in str(error.value)
+    for remedy in ("ConfigMap", "platform.armada.postgres", "platform.armada.redis", "platform.armada.auth.users",
+                   "pulumi config set --secret --path"):
+        assert remedy in problem, problem
+
+
+def test_the_policy_pack_shares_the_definition():
+    """The pack's ConfigMap and plain-config checks apply the same rule (infra/credentials.py): a list of
+    literals under a credential's name, and a Redis URL (no user) with a password, are credentials there too."""
+    from cloudstation_tools import checks
+
+    assert checks.credential_value_violations("cm", {"apiKeys": ["k1"], "redis": {"addrs": ["redis://:pw@r:6379"]}}) == [
+        "cm.apiKeys: a credential in plain text",
+        "cm.redis.addrs[0]: holds a credential (private key, password hash or URL with a password)",
+    ]
+
+
+def test_extra_keeps_what_is_not_a_credential():
+    """References to credentials (a key in a Secret, a file), switches and empty values are not credentials."""
+    assert load({"scheduler": {"extra": {"postgres": {"connection": {"sslmode": "require", "password": ""}},
+                                         "auth": {"anonymousAuth": False}}},
+                 "server": {"extra": {"pulsar": {"authenticationEnabled": True, "jwtTokenPath": "/var/run/token"},
+                                      "tls": {"keyPath": "/certs/tls.key"}, "openIdAuth": {"providerUrl": "https://id.example.com"}}},
+                 "executors": [{"name": "a", "extra": {"kubernetes": {"passwordKey": "password"}}}]})
+
+
 PASSWORDS = {p.name: f"pw-{p.name}" for p in armada_auth.all_principals(ArmadaConfig.model_validate(
     {"executors": [{"name": "a"}, {"name": "b"}], "binoculars": {"enabled": True},
      "auth": {"users": [{"name": "alice", "groups": ["research"]}]}}

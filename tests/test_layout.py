@@ -15,9 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # pins from it and, for the one digest-reference pattern (standard library only, written to be
 # imported from anywhere), infra/image_refs.py (components/registry_api.py), and likewise for the builds'
 # public-egress rule that the program, the checks and the policy pack share, infra/public_egress.py
-# (components/build_job.py, components/builds_namespace.py), and when an address list is open,
-# infra/address_blocks.py (components/network.py); nothing else of the program.
-COMPONENTS_MAY_IMPORT = {"infra.versions", "infra.image_refs", "infra.public_egress", "infra.address_blocks"}
+# (components/build_job.py, components/builds_namespace.py), when an address list is open,
+# infra/address_blocks.py (components/network.py), and which names and values are credentials,
+# infra/credentials.py (components/armada/settings.py); nothing else of the program.
+COMPONENTS_MAY_IMPORT = {"infra.versions", "infra.image_refs", "infra.public_egress", "infra.address_blocks",
+                         "infra.credentials"}
 
 
 def _imports(path: Path, package: str, *, module_level_only: bool = False) -> set[str]:

@@ -14,11 +14,12 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.k8s import Resources
 from components.postgres import IDENTIFIER as POSTGRES_IDENTIFIER, PostgresSettings
-from components.model import ConfigModel, DnsLabel, ShortDnsLabel, check_mode_keys, problem, problems, unique_names
+from components.model import NOT_SHOWN, ConfigModel, DnsLabel, ShortDnsLabel, check_mode_keys, problem, problems, unique_names
 from components.network import Cidrs, Port, Sources, check_server_addresses, cidr_list, open_problem
 from components.armada.queue import ProjectQueueSettings, QueueApiSettings, QueueArgs
 from components.pulsar import PulsarSettings
 from components.redis import RedisSettings
+from infra.credentials import plain_credentials
 
 DNS_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -45,6 +46,15 @@ JOB_RESOURCES = Resources(cpu_request="25m", memory_request="64Mi", cpu_limit="5
 """Migration Jobs and pruning CronJobs (upstream Helm: 100m/128Mi -> 200m/256Mi)."""
 
 
+EXTRA_CREDENTIALS = (
+    "Armada's credentials come from Secrets only: PostgreSQL's from platform.armada.postgres (managed: generated; "
+    "external: credentialsSecret), Redis's from platform.armada.redis (managed: generated; external: existingSecret), "
+    "API users' from platform.armada.auth.users (generated). Setting it with `pulumi config set --secret --path` "
+    "does not help: the program would still write it into the ConfigMap"
+)
+"""Where a credential found in `extra` belongs instead."""
+
+
 class ServiceSettings(ConfigModel):
     """What every Armada service has: replicas, resources and a free-form config override."""
 
@@ -54,7 +64,21 @@ class ServiceSettings(ConfigModel):
     resources: Resources = SERVICE_RESOURCES
     """Requests and limits (default 25m/64Mi -> 500m/256Mi; docs/armada.md has prod sizes)."""
     extra: dict[str, Any] = {}
-    """Deep-merged over the generated override config (Armada's own camelCase keys)."""
+    """Deep-merged over the generated override config (Armada's own camelCase keys). Rendered into the
+    service's ConfigMap, so it holds no credential: a literal under a credential's name (password, secret,
+    token, credential, private/API/access key…, any case, any depth) or a credential-looking value is refused."""
+
+    @field_validator("extra")
+    @classmethod
+    def _no_credentials(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        # A ConfigMap is readable by whoever may read ConfigMaps of the namespace; Armada's own
+        # credentials reach it from Secrets (components/armada/config.py). Never echo the value.
+        found = [problem(f"{what}, and `extra` is rendered into the service's ConfigMap (readable by whoever may read "
+                         f"ConfigMaps there): remove it. {EXTRA_CREDENTIALS}",
+                         path, NOT_SHOWN) for path, what in plain_credentials(extra)]
+        if found:
+            raise problems(found)
+        return extra
 
 
 class PruningSettings(ConfigModel):
