@@ -45,8 +45,10 @@ KUBERNETES_API_PORT = 6443
 DEFAULT_DENY = "default-deny"
 ALLOW_DNS = "allow-dns"
 COMPONENT = "network-policy"
-SERVICE_HOST = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\.?$")
-"""`<service>.<namespace>.svc[.cluster.local]`: a server in another namespace of this cluster."""
+SERVICE_HOST = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\.?\Z")
+"""`<service>.<namespace>.svc[.cluster.local]`: a server in another namespace of this cluster. Anchored at
+both ends (`\\Z`, not `$`, which also matches before a final newline): `minio.backup.svc.attacker.example.com`
+is someone else's host, reached at its CIDRs and never over plain http."""
 
 
 # --- config: addresses outside the cluster -----------------------------------------------------

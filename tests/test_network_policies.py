@@ -494,6 +494,34 @@ def test_hosts_in_the_cluster_become_their_namespace_and_others_their_cidrs():
         network.url_endpoint("pulsar-broker:6650", 6650)
 
 
+OUTSIDE_LOOKING_IN = ["minio.backup.svc.attacker.example.com", "pg.db.svc.cluster.local.attacker.example",
+                      "minio.backup.svc\n", "minio.backup.svc.cluster.local\n"]
+"""Hosts that merely contain `<svc>.<namespace>.svc`: names in someone else's DNS zone (or not names at all)."""
+
+
+@pytest.mark.parametrize("host", OUTSIDE_LOOKING_IN[:2])
+def test_a_host_that_merely_contains_svc_is_outside_the_cluster(host):
+    """Only a whole `<service>.<namespace>.svc[.cluster.local][.]` is in the cluster (issue 20 finding 11):
+    a longer name is resolved outside it, so it needs CIDRs, and the backups may not reach it over plain
+    http (docs/backups.md)."""
+    assert network.outside_hosts(host) == [host]
+    with pytest.raises(ValueError, match="outside the cluster"):
+        network.host_endpoint(host, 9000)
+    backups = {"target": "s3", "s3": {"endpoint": f"http://{host}:9000", "bucket": "backups",
+                                      "credentialsSecret": {"namespace": "ops", "name": "s3"}}}
+    stack_file = cloudstate_variants.edited("test", platform=lambda p: {**p, "stores": {**p.get("stores", {}), "backups": backups}})
+    with pytest.raises(stack_config.ConfigError) as error:
+        stack_config.load(stack_file.values)
+    assert "cloudstation:platform.stores.backups.s3" in str(error.value), str(error.value)
+
+
+def test_the_service_host_pattern_matches_whole_names_only():
+    assert network.SERVICE_HOST.match("minio.backup.svc")["namespace"] == "backup"
+    assert network.SERVICE_HOST.match("minio.backup.svc.cluster.local.")["namespace"] == "backup"
+    # `$` would also match before a final newline; the pattern ends at the end of the text.
+    assert [h for h in OUTSIDE_LOOKING_IN if network.SERVICE_HOST.match(h)] == []
+
+
 def test_no_rule_without_peers_or_ports():
     """An empty or missing `from`/`to` (or `ports`) means every peer (or port): never written."""
     for build in (network.ingress, network.egress):
