@@ -241,17 +241,18 @@ def tunnel_problem(tunnel: Any) -> Optional[str]:
     return None
 
 
-def _registry(props: dict, deadline=None):
+def _registry(props: dict):
     """The registry client: through `registryTunnel` (a port-forward through the Kubernetes API to
     a Ready registry pod, components/kube_tunnel.py; `registryUrl` then only names the Host) when
-    set, else straight to `registryUrl`."""
+    set, else straight to `registryUrl`. No request and its answer outlast the build's timeout
+    (`timeoutSeconds`), however slowly the registry answers."""
     from components import kube_tunnel, registry_api
 
     authorization = props.get("registryAuthorization")
     credentials = registry_api.Credentials.from_basic(authorization) if authorization else None
     dial = kube_tunnel.dialer(props.get("registryTunnel"), timeout=REQUEST_TIMEOUT_SECONDS)
-    return registry_api.for_url(props["registryUrl"], credentials, timeout=REQUEST_TIMEOUT_SECONDS, deadline=deadline,
-                                dial=dial)
+    return registry_api.for_url(props["registryUrl"], credentials, timeout=REQUEST_TIMEOUT_SECONDS, dial=dial,
+                                exchange_timeout=float(props["timeoutSeconds"]))
 
 
 def _jobs(props: dict, wait: float):

@@ -34,7 +34,8 @@ bytes travel inside the tunnel's own connection (the API server's TLS). Every ot
 redirect, a token realm) is still reached directly, under the rules above.
 
 Every answer is read against a size cap (4 MiB for a manifest) and the run's deadline
-(components/limits.py).
+(components/limits.py), status line and headers included (components/transport.py
+`response_class`); `exchange_timeout` bounds one request and its answer besides (the build provider's).
 
 A reference names the registry as the cluster's nodes see it (e.g. `localhost:32000`, the built-in
 registry's NodePort). Where that address means something else to the promoter, map it:
@@ -60,7 +61,7 @@ from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from infra.image_refs import DIGEST_REF_FORM, split
 from components.limits import MAX_MANIFEST_BYTES, MAX_SMALL_ANSWER_BYTES, Deadline, DeadlineExceeded
-from components.transport import is_loopback
+from components.transport import is_loopback, response_class
 
 MANIFEST_MEDIA_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -305,6 +306,7 @@ class DistributionRegistry:
         env: Mapping[str, str] = os.environ,
         deadline: Optional[Deadline] = None,
         dial: Optional[Callable] = None,
+        exchange_timeout: Optional[float] = None,
     ):
         self.host = host
         self.credentials = credentials
@@ -314,8 +316,9 @@ class DistributionRegistry:
             insecure = is_loopback(urlsplit(f"//{address}").hostname) or bool({host, address} & listed)
         self.base = f"{'http' if insecure else 'https'}://{address}"
         self.origin = _origin(self.base)
-        self.timeout = timeout
-        self.deadline = deadline or Deadline(None)
+        self.timeout = timeout  # one socket operation
+        self.deadline = deadline or Deadline(None)  # the run's
+        self.exchange_timeout = exchange_timeout  # one request and its whole answer (None: the run's deadline only)
         self.stats = Stats()
         self.connections = _Connections(env, {self.origin: dial} if dial else None)
         self._scheme: Optional[str] = None  # None (not known yet), "anonymous", "basic" or "bearer"
@@ -441,9 +444,12 @@ class DistributionRegistry:
         origin = _origin(url)
         what = f"{self.host}: {method} {parts.path}"
         target = parts.path + (f"?{parts.query}" if parts.query else "")
+        deadline = self.deadline.within(self.exchange_timeout, "one request and its answer")
         try:
             for attempt in (1, 2):
-                connection, reused = self.connections.take(origin, self.deadline.timeout(self.timeout, what))
+                connection, reused = self.connections.take(origin, deadline.timeout(self.timeout, what))
+                # The status line and headers too are read by the deadline, not only per socket read.
+                connection.response_class = response_class(deadline.at, lambda: deadline.exceeded(what))
                 try:
                     connection.request(method, target, body=body or None, headers={"User-Agent": USER_AGENT, **headers})
                     response = connection.getresponse()
@@ -452,9 +458,12 @@ class DistributionRegistry:
                     if reused and attempt == 1:
                         continue  # the server closed it while it was idle
                     raise
+                except BaseException:
+                    connection.close()
+                    raise
                 break
             try:
-                content = self._read(response, 0 if method == "HEAD" else limit, what)
+                content = self._read(response, 0 if method == "HEAD" else limit, what, deadline)
             except BaseException:
                 connection.close()
                 raise
@@ -469,7 +478,7 @@ class DistributionRegistry:
         self.stats.count(len(body), len(content))
         return Answer(response.status, response.headers, content, url)
 
-    def _read(self, response: http.client.HTTPResponse, limit: int, what: str) -> bytes:
+    def _read(self, response: http.client.HTTPResponse, limit: int, what: str, deadline: Deadline) -> bytes:
         """The whole body in chunks, within `limit` bytes and the deadline (read1 returns after each
         arrival, so a server dripping bytes is caught). A HEAD answer has no body: its Content-Length
         is the size of what a GET would answer (RFC 9110 9.3.2; a blob's size), not checked against
@@ -486,7 +495,7 @@ class DistributionRegistry:
             size += len(chunk)
             if size > limit:
                 raise RegistryError(f"{what}: the answer is larger than the {limit} bytes allowed")
-            self.deadline.check(what)
+            deadline.check(what)
             chunks.append(chunk)
 
     # --- the two operations -----------------------------------------------------------------------
@@ -570,7 +579,7 @@ class DistributionRegistry:
 
 def for_url(url: str, credentials: Optional[Credentials] = None, *, timeout: float = 30,
             deadline: Optional[Deadline] = None, env: Mapping[str, str] = os.environ,
-            dial: Optional[Callable] = None) -> DistributionRegistry:
+            dial: Optional[Callable] = None, exchange_timeout: Optional[float] = None) -> DistributionRegistry:
     """A client of the registry API at `url` (`http(s)://host[:port]`, as `pulumi up` reaches it).
     Credentials go over plain http only to loopback, or through `dial`: a tunnel (e.g.
     components/kube_tunnel.py `PodTunnel.dial`, inside the Kubernetes API's TLS) that `url`'s
@@ -585,7 +594,7 @@ def for_url(url: str, credentials: Optional[Credentials] = None, *, timeout: flo
         raise RegistryError(f"refusing to send registry credentials over plain http to {parts.netloc}: use https:// "
                             "or a port-forward to localhost")
     return DistributionRegistry(parts.netloc, credentials, insecure=parts.scheme == "http", timeout=timeout,
-                                deadline=deadline, env=env, dial=dial)
+                                deadline=deadline, env=env, dial=dial, exchange_timeout=exchange_timeout)
 
 
 def _with(headers: dict, authorization: Optional[str]) -> dict:

@@ -3,8 +3,9 @@ free loopback port with htpasswd (bcrypt) auth, and small images built by hand a
 pushed with skopeo. Everything lives in one temporary directory; the server is stopped by its PID.
 
 Also `CountingProxy` (forwards to the registry and logs every request on the wire, for exact
-request counts) and `ScriptedServer` (answers what a test says, and logs what it was sent: for
-redirects, oversized or slow answers and hostile token realms)."""
+request counts), `ScriptedServer` (answers what a test says, and logs what it was sent: for
+redirects, oversized or slow answers and hostile token realms) and `DrippingServer` (writes raw
+bytes with delays, status line and headers included: for answers that never finish arriving)."""
 from __future__ import annotations
 
 import gzip
@@ -13,6 +14,7 @@ import io
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import tarfile
 import threading
@@ -354,3 +356,76 @@ class ScriptedServer(_Server):
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 
         super().__init__(Handler)
+
+
+class DrippingServer:
+    """A hostile server below HTTP: reads each request (headers and Content-Length body) and writes
+    `answer`, a list of (bytes, seconds to wait before them), as raw bytes: the status line and
+    headers can arrive one byte at a time, a body line may never end. `requests` counts requests."""
+
+    def __init__(self, answer: list[tuple[bytes, float]], tls_dir: Optional[Path] = None):
+        self.answer = answer
+        self.requests = 0
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.host = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.url = f"http://{self.host}"
+        self.tls: Optional[ssl.SSLContext] = None
+        if tls_dir is not None:  # https with a self-signed certificate for 127.0.0.1, at `self.ca_file`
+            from tests.fake_kube_api import _self_signed
+
+            certificate, key = _self_signed("127.0.0.1")
+            self.ca_file = tls_dir / "drip-ca.pem"
+            self.ca_file.write_bytes(certificate)
+            (tls_dir / "drip-key.pem").write_bytes(key)
+            self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.tls.load_cert_chain(self.ca_file, tls_dir / "drip-key.pem")
+            self.url = f"https://{self.host}"
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> "DrippingServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closing.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self.closing.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            try:
+                if self.tls is not None:
+                    connection = self.tls.wrap_socket(connection, server_side=True)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(body) < length:
+                    body += connection.recv(65536)
+                self.requests += 1
+                for piece, delay in self.answer:
+                    if self.closing.wait(delay):
+                        return
+                    connection.sendall(piece)
+            except OSError:
+                pass  # the client gave up, as the test wanted
+
+
+def drip(data: bytes, every: float) -> list[tuple[bytes, float]]:
+    """`data` one byte at a time, `every` seconds apart (the first at once)."""
+    return [(data[i:i + 1], every if i else 0) for i in range(len(data))]

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -20,10 +21,11 @@ from components import build_context, entity_build
 from components.armada.jobs_api import JOB_STATES, JobsApiError, JobsClient, state_name
 from components.entity_build import BuildFailed, EntityBuildProvider, job_item_of, job_item_text
 from components.entity_image import content_tag, context_files
-from components.registry_api import Credentials
+from components.registry_api import Credentials, RegistryError
 from tests.conftest import create_in_provider_process
 from tests.fake_armada import FakeArmada
-from tests.registry_server import CountingProxy, ScriptedServer, build_oci_image, free_port, registry  # noqa: F401 (fixture)
+from tests.registry_server import (  # noqa: F401 (fixture)
+    CountingProxy, DrippingServer, ScriptedServer, build_oci_image, drip, free_port, registry)
 
 ARMADA_AUTH = "Basic " + base64.b64encode(b"cloudstation-builds:armada-pw").decode()
 DOCKERFILE_TEXT = "FROM node:20\nCOPY . .\nRUN node --test\n"
@@ -515,6 +517,31 @@ def test_job_set_events_are_read_from_the_ndjson_stream():
     with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, error)) as server:
         with pytest.raises(JobsApiError, match="job set not found"):
             JobsClient(server.url).job_set_events(QUEUE, JOB_SET)
+
+
+def test_an_event_line_that_never_ends_cannot_hold_the_call_past_its_deadline():
+    """Issue 20 finding 7: a stream line dripped without its newline was read whole before the
+    deadline was checked (15 s against 2 s); every read is bounded by the call's deadline."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    pieces = [(head, 0)] + [(b"1\r\n \r\n", 0.2)] * 75  # 15 s of one line's spaces, never a newline
+    with DrippingServer(pieces) as server:
+        started = time.monotonic()
+        with pytest.raises(JobsApiError, match="deadline"):
+            JobsClient(server.url, timeout=1, wait_seconds=0).job_set_events(QUEUE, JOB_SET)
+        assert time.monotonic() - started < 3
+
+
+def test_a_build_gives_up_on_a_registry_dripping_its_headers_at_its_timeout(tmp_path, logged):
+    """The provider's registry calls share the build's deadline (timeoutSeconds): a registry whose
+    headers never finish arriving fails the build instead of holding `pulumi up`."""
+    headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"x" * 60 + b"\r\n"
+    with DrippingServer(drip(headers, 0.2)) as server:
+        props = props_for(make_context(tmp_path / "cart"), server.url, "Basic eDp5", "http://127.0.0.1:1",
+                          timeoutSeconds=1)
+        started = time.monotonic()
+        with pytest.raises(RegistryError, match="deadline"):
+            EntityBuildProvider().create(props)
+        assert time.monotonic() - started < 3
 
 
 # --- the component --------------------------------------------------------------------------------

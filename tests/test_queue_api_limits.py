@@ -11,7 +11,7 @@ import pytest
 from components.armada import queue_api
 from components.armada.queue_api import QueueApiError, QueueClient
 from tests.fake_armada import FakeArmada
-from tests.registry_server import ScriptedServer
+from tests.registry_server import DrippingServer, ScriptedServer, drip
 
 BASIC = "Basic " + base64.b64encode(b"armada-user:armada-pw").decode()
 
@@ -76,4 +76,29 @@ def test_a_dripping_server_cannot_hold_a_call_past_its_deadline():
         started = time.monotonic()
         with pytest.raises(QueueApiError):
             QueueClient(server.url, timeout=1, wait_seconds=0).get("q")
+        assert time.monotonic() - started < 3
+
+
+def test_a_server_dripping_its_headers_cannot_hold_a_call_past_its_deadline():
+    """Issue 20 finding 7: each header byte arrives well within the 1 s read timeout; the call's
+    deadline (timeout after the retry window) covers the status line and headers too."""
+    headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"x" * 40 + b"\r\n"
+    with DrippingServer(drip(headers, 0.2)) as server:  # 16 s of headers
+        started = time.monotonic()
+        with pytest.raises(QueueApiError, match="deadline"):
+            QueueClient(server.url, timeout=1, wait_seconds=0).get("q")
+        assert time.monotonic() - started < 3
+
+
+def test_over_https_an_answer_is_read_whole_and_dripped_headers_meet_the_deadline(tmp_path, monkeypatch):
+    body = b'{"name": "q", "priorityFactor": 1}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with DrippingServer([(answer, 0)], tls_dir=tmp_path) as server:
+        monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))  # urllib's default context reads it
+        assert QueueClient(server.url, headers={"Authorization": BASIC}, timeout=5).get("q")["name"] == "q"
+    with DrippingServer(drip(answer, 0.2), tls_dir=tmp_path) as server:
+        monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+        started = time.monotonic()
+        with pytest.raises(QueueApiError, match="deadline"):
+            QueueClient(server.url, headers={"Authorization": BASIC}, timeout=1, wait_seconds=0).get("q")
         assert time.monotonic() - started < 3

@@ -20,7 +20,7 @@ from infra import image_refs
 from components import registry_api
 from components.limits import MAX_MANIFEST_BYTES, Deadline
 from components.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
-from tests.registry_server import PASSWORD, USERNAME, ScriptedServer, build_oci_image, ecr_manifest
+from tests.registry_server import PASSWORD, USERNAME, DrippingServer, ScriptedServer, build_oci_image, drip, ecr_manifest
 
 LAYER_BYTES = 1 << 20
 
@@ -347,3 +347,36 @@ def test_a_slow_registry_cannot_hold_the_run_past_its_deadline():
         assert time.monotonic() - started < 3
         with pytest.raises(RegistryError, match="deadline"):  # and nothing more is started after it
             client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+
+
+def test_a_registry_dripping_its_headers_cannot_hold_the_run_past_its_deadline():
+    """Issue 20 finding 7: each byte of the status line and headers arrives well within the read
+    timeout, so only a deadline over the whole exchange stops it (a 3 s deadline was held 20 s)."""
+    headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"x" * 60 + b"\r\n"
+    with DrippingServer(drip(headers, 0.2)) as server:  # 20 s of headers, never finished
+        client = DistributionRegistry(server.host, timeout=30, deadline=Deadline(1))
+        started = time.monotonic()
+        with pytest.raises(RegistryError, match="deadline"):
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+        assert time.monotonic() - started < 3
+        assert server.requests == 1
+
+
+def test_over_https_an_answer_is_read_whole_and_dripped_headers_meet_the_deadline(tmp_path):
+    """The deadline reads go through the TLS socket as through a plain one: a complete answer is
+    read and checked, dripped headers are given up on."""
+    body = json.dumps({"schemaVersion": 2, "mediaType": registry_api.MANIFEST_MEDIA_TYPES[1]}).encode()
+    digest = "sha256:" + __import__("hashlib").sha256(body).hexdigest()
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: " + registry_api.MANIFEST_MEDIA_TYPES[1].encode() +
+              b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    with DrippingServer([(answer, 0)], tls_dir=tmp_path) as server:
+        env = {"REQUESTS_CA_BUNDLE": str(server.ca_file)}
+        client = DistributionRegistry(server.host, insecure=False, env=env, deadline=Deadline(5))
+        assert client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{digest}")).body == body
+    with DrippingServer(drip(answer, 0.2), tls_dir=tmp_path) as server:
+        client = DistributionRegistry(server.host, insecure=False, env={"REQUESTS_CA_BUNDLE": str(server.ca_file)},
+                                      deadline=Deadline(1))
+        started = time.monotonic()
+        with pytest.raises(RegistryError, match="deadline"):
+            client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{digest}"))
+        assert time.monotonic() - started < 3

@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Optional
 
-from components.transport import is_loopback
+from components.transport import DeadlineHTTPHandler, DeadlineHTTPSHandler, is_loopback
 
 # gRPC status codes (google.rpc.Code) the gateway puts in `code`, for readable errors.
 GRPC_CODES = {
@@ -35,7 +35,9 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirects)
+# Answers, status line and headers included, are read by the request's `deadline`
+# (components/transport.py): a socket timeout alone bounds one read, not a server dripping bytes.
+_OPENER = urllib.request.build_opener(_NoRedirects, DeadlineHTTPHandler, DeadlineHTTPSHandler)
 
 
 def _read(response, deadline: float) -> bytes:
@@ -141,6 +143,7 @@ class RestClient:
         overall = deadline + self.timeout  # no call waits longer than this in all, slow answers included
         while True:
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
+            request.deadline = overall
             try:
                 timeout = max(min(self.timeout, overall - time.monotonic()), 0.001)
                 with _OPENER.open(request, timeout=timeout) as response:
