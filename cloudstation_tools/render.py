@@ -1,7 +1,7 @@
 """Offline render: run the real program under Pulumi's mocks and write what it would deploy.
 
 No Pulumi CLI, cluster, Docker engine or network is used. `render(stack)` evaluates
-`infra/__main__.py` with the config of `Pulumi.<stack>.yaml` (secure values replaced by fakes)
+the program (`__main__.py`) with the config of `Pulumi.<stack>.yaml` (secure values replaced by fakes)
 and returns every registration; `write()` turns that into
 
     manifests.yaml   every Kubernetes object, in apply order (namespaces and CRDs first), each
@@ -97,7 +97,7 @@ def validate_config(stack: str, root: Path = ROOT) -> stack_config.StackConfig:
 
 def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None, mocks: ProgramMocks | None = None,
            preview: bool = False) -> Rendered:
-    """Run `infra/__main__.py` for `stack` under mocks (preview=False unless asked) and collect
+    """Run the program (`__main__.py`) for `stack` under mocks (preview=False unless asked) and collect
     everything. `mocks` may carry an opt-in (ProgramMocks.dynamic: run dynamic providers for real);
     its `registrations` hold what was registered even when the program fails."""
     stack_file = stack_file or StackFile.read(stack, root)

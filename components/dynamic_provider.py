@@ -3,8 +3,8 @@
 Pulumi pickles a dynamic resource's provider with dill into the resource's inputs (`__provider`,
 pulumi sdk/python/lib/pulumi/dynamic/dynamic.py `serialize_provider`) and unpickles it in a separate
 process (pulumi/dynamic/__main__.py `get_provider`). That process starts in the program's directory
-(infra/, Pulumi.yaml `main`), where `components` is not importable, so a provider pickled by
-reference would not load. Instead a provider's `__reduce__` returns `(load_provider, (PROJECT_ROOT,
+(Pulumi.yaml `main`; the project root today, but `components` must load from any directory, and the
+launcher's Python need not put it on sys.path), so a provider pickled by reference might not load. Instead a provider's `__reduce__` returns `(load_provider, (PROJECT_ROOT,
 module, class name))`: dill serializes functions of `__main__` by value, so this loader (and only
 it) is carried in the pickle; it finds the project, puts it on sys.path and imports the provider
 class normally. The loader uses the standard library only.

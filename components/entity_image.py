@@ -243,9 +243,9 @@ class EntityImageArgs:
     """What to build and where to push it."""
 
     context: str
-    """Build context directory, relative to the program's working directory (infra/, Pulumi.yaml's
-    `main`), which the engine starts pulumi-docker in and which resolves it from there, e.g.
-    `../entities/shop/cart` (infra/engine_paths.py)."""
+    """Build context directory, relative to the program's working directory (Pulumi.yaml's `main`:
+    the project root), which the engine starts pulumi-docker in and which resolves it from there,
+    e.g. `entities/shop/cart` (infra/engine_paths.py)."""
     dockerfile: str
     """Dockerfile path, same base (the entity's own, or a generated one outside the context)."""
     repository: str

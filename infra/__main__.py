@@ -1,22 +1,13 @@
-"""Two entry points in one file, as Pulumi.yaml's `main: infra/` and `python -m infra` both need:
-
-- run by the Pulumi engine (a resource monitor is configured): the Pulumi program;
-- run from a shell: the command line (`python -m infra render|promote|rollback|...`).
-"""
+"""The command line (`python -m infra render|promote|rollback|...`, cloudstation_tools/cli.py). The
+Pulumi program's entry point is ./__main__.py."""
 import sys
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)  # so `components` and `infra` import, however the program is started
+    sys.path.insert(0, ROOT)  # so `cloudstation_tools` imports from any directory
 
-import pulumi.runtime.settings  # noqa: E402
-
-if pulumi.runtime.settings.get_monitor() is not None:
-    from infra.program import main
-
-    main()
-elif __name__ == "__main__":
+if __name__ == "__main__":
     import gc
 
     from cloudstation_tools.cli import main as cli

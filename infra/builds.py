@@ -222,7 +222,7 @@ def entity_build(
     return EntityBuild(
         f"build-{project}-{entity}",
         EntityBuildArgs(
-            # Relative to the program's directory (infra/), where the engine starts the dynamic
+            # Relative to the program's directory (the root), where the engine starts the dynamic
             # provider too (infra/engine_paths.py), as EntityImageArgs.context.
             context_dir=stack.path(source),
             dockerfile_text=dockerfile_text,

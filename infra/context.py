@@ -26,7 +26,7 @@ class StackContext:
     root: Path = ROOT
     cwd: Path = field(default_factory=Path.cwd)
     """The program's working directory, which the engine also starts every provider in
-    (Pulumi.yaml `main`: infra/): path inputs are relative to it (infra/engine_paths.py)."""
+    (Pulumi.yaml's `main`: none, the project root): path inputs are relative to it (infra/engine_paths.py)."""
     shared: dict = field(default_factory=dict, compare=False)
     """What one area hands to a later one (infra/areas.py order): the registry access the builds
     namespace needs, the Armada access the entity builds need (infra/builds.py)."""

@@ -222,7 +222,7 @@ def entity_images(
         image = EntityImage(
             f"image-{project}-{entity.name}",
             EntityImageArgs(
-                # Relative to the program's directory (infra/), where the engine starts
+                # Relative to the program's directory (the root), where the engine starts
                 # pulumi-docker, which opens them as given (infra/engine_paths.py).
                 context=stack.path(entity.source),
                 dockerfile=stack.path(dockerfile),

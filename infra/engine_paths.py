@@ -1,7 +1,8 @@
 """File-system paths the program hands to providers, and the directory they are resolved from.
 
 The engine runs the program, and starts every provider plugin, in the directory that Pulumi.yaml's
-`main` names (here `infra/`), not in the directory of Pulumi.yaml:
+`main` names, not in the directory of Pulumi.yaml (here there is no `main`, so both are the project
+root: the dynamic providers' launcher resolves `virtualenv` from that directory, see Pulumi.yaml):
 
 - pulumi/pulumi pkg/engine/project.go `getPwdMain`: a directory `main` becomes the working
   directory (pwd) "so that any relative paths inside of the program are correct";
@@ -18,7 +19,7 @@ during preview and up, and provider/image.go `dockerBuild` tars them (`GetContex
 `os.Open(build.Dockerfile)`); pulumi-kubernetes provider/pkg/provider/provider.go `renderYaml`
 writes below `renderYamlToDirectory` (`filepath.Join(yamlDirectory, ...)`).
 
-So every path input is relative to the program's directory (`../entities/shop/cart`), computed
+So every path input is relative to the program's directory (`entities/shop/cart`), computed
 with `from_program`. Never absolute: an absolute path differs between checkouts, and a changed
 input is a diff on every machine (pulumi-kubernetes `DiffConfig` even replaces the provider, and
 so every object, when `renderYamlToDirectory` changes). Stack config stays relative to the
@@ -198,19 +199,3 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
     elif isinstance(value, str):
         yield value
-
-
-def root_relative_values(resources: Iterable[Resource], cwd: Path, root: Path) -> list[str]:
-    """Input strings anywhere in `resources` that name a path below `root` as seen from `root`
-    but not from `cwd`: a path input missing from PATH_INPUTS that repeats the old mistake."""
-    found = []
-    for resource in resources:
-        for text in _strings(resource.inputs):
-            if "/" not in text or "\n" in text or os.path.isabs(text) or len(text) > 1024:
-                continue
-            try:
-                if (root / text).exists() and not (cwd / text).exists():
-                    found.append(f"{resource.type} {resource.name!r}: {text!r} is relative to {root}, not to {cwd}")
-            except OSError:
-                continue
-    return found

@@ -1,6 +1,6 @@
 """The whole program with its builds run for real, for tests/test_builds_program.py and bench/builds.py.
 
-`run(copy, stack, ...)` runs `infra/__main__.py` of a repository copy under the mocks, in a process of
+`run(copy, stack, ...)` runs the program (`__main__.py`) of a repository copy under the mocks, in a process of
 its own started in that copy (the program finds its sources from its own location, infra/context.py
 ROOT, so an edited copy must run its own code), with `ProgramMocks(dynamic=DynamicProviderHost(...))`:
 the EntityBuild resources (and, with `queues=True`, the Armada Queue resources) run their real

@@ -35,7 +35,7 @@ def pytest_configure(config) -> None:
 
 @pytest.fixture(scope="session")
 def rendered_stacks() -> dict[str, render_module.Rendered]:
-    """Each stack file in the repo, run through infra/__main__.py once per test session: test from
+    """Each stack file in the repo, run through the program (__main__.py) once per test session: test from
     its file, then prod from Pulumi.prod.yaml as promoting test's `images` output writes it (the
     repository's prod file has no images before a first promotion; tests/promoted.py)."""
     return {stack: promoted.rendered(stack) for stack in STACKS}

@@ -210,7 +210,7 @@ def test_the_refusal_comes_before_any_resource(mocked):
 
     @pulumi.runtime.test
     def run():
-        runpy.run_path(str(ROOT / "infra"), run_name="__main__")
+        runpy.run_path(str(ROOT), run_name="__main__")  # ./__main__.py, as the engine runs it
 
     with pytest.raises(pulumi.RunError, match=r"cloudstation:platform\.builds\.publicEgress\.enabled: false — "):
         run()

@@ -1,4 +1,4 @@
-"""In-cluster builds (issue 13), the whole program: infra/__main__.py of a repository copy under the mocks,
+"""In-cluster builds (issue 13), the whole program: __main__.py of a repository copy under the mocks,
 its EntityBuild (and Queue) resources running their real providers as the engine would
 (cloudstation_tools/mocks.py DynamicProviderHost; tests/builds_program.py) against the fake Armada
 (tests/fake_armada.py), the fake executor (tests/fake_executor.py: strict pod validation, Pod Security,

@@ -145,7 +145,7 @@ def test_bad_config_stops_the_program_before_any_resource(mocked):
 
     @pulumi.runtime.test
     def run():
-        runpy.run_path(str(ROOT / "infra"), run_name="__main__")
+        runpy.run_path(str(ROOT), run_name="__main__")  # ./__main__.py, as the engine runs it
 
     with pytest.raises(pulumi.RunError, match=r"cloudstation:projects: \[\] — list should have at least 1 item"):
         run()

@@ -1,9 +1,10 @@
 """File-system path inputs resolve as the engine resolves them (infra/engine_paths.py).
 
 The engine runs the program and starts every provider in the directory Pulumi.yaml's `main` names
-(infra/), and providers open paths from there: every path input of every rendered stack must be
-relative and name an existing path inside the repository from that directory, whatever directory
-the tests (or a user's shell) run from.
+(none: the project root), and providers open paths from there: every path input of every rendered
+stack must be relative and name an existing path inside the repository from that directory,
+whatever directory the tests (or a user's shell) run from. The check itself is also tested for a
+program in a subdirectory (`SUBDIR`), where paths from the project root would be wrong.
 """
 from __future__ import annotations
 
@@ -24,11 +25,9 @@ from cloudstation_tools.render import ROOT, StackFile
 from tests import armada_variants
 
 PROGRAM_DIR = program_dir(ROOT)
+SUBDIR = ROOT / "infra"
+"""A program directory below the root, for the check's own tests (Pulumi.yaml once had `main: infra/`)."""
 DOCKER_IMAGE = "docker:index/image:Image"
-
-
-def declared_main() -> str:
-    return yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["main"]
 
 
 def resource(type_: str, inputs: dict, name: str = "r") -> SimpleNamespace:
@@ -38,10 +37,20 @@ def resource(type_: str, inputs: dict, name: str = "r") -> SimpleNamespace:
 # --- where the engine runs the program --------------------------------------------------------
 
 
-def test_the_program_directory_is_what_pulumi_yaml_main_names():
-    assert PROGRAM_DIR == Path(os.path.normpath(ROOT / declared_main()))
-    assert PROGRAM_DIR != ROOT  # main: infra/, so paths from the repository root would be wrong
-    assert (PROGRAM_DIR / "__main__.py").is_file()
+def test_the_program_runs_from_the_root_where_the_virtualenv_is_resolved_alike():
+    """The language host resolves `virtualenv` against the project root (pulumi/pulumi sdk/v3
+    python/toolchain pip.go resolveVirtualEnvironmentPath(root, virtualenv)); the engine starts
+    the dynamic providers' launcher in the program directory (pkg/resource/plugin/provider_plugin.go
+    newPlugin(ctx, ctx.Pwd, ...), plugin.go `cmd.Dir = pwd`) with PULUMI_RUNTIME_VIRTUALENV set to
+    the raw option, which sdk/python/dist/pulumi-resource-pulumi-python makes absolute with $PWD.
+    Both name the same directory only when the program directory is the root (pulumi/pulumi#7061:
+    with `main: infra/` every queue and build failed at start-up, seen in the end-to-end tier)."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    virtualenv = project["runtime"]["options"]["virtualenv"]
+    language_host = Path(os.path.normpath(ROOT / virtualenv))
+    dynamic_providers = Path(os.path.normpath(PROGRAM_DIR / virtualenv))
+    assert dynamic_providers == language_host
+    assert program_entry(ROOT) == (ROOT, ".") and (ROOT / "__main__.py").is_file()
 
 
 @pytest.mark.parametrize(
@@ -88,10 +97,6 @@ def test_every_path_input_is_relative_and_resolves_from_the_program_directory(an
     assert problems(any_rendered.registrations, PROGRAM_DIR, ROOT, os.environ.get("KUBECONFIG")) == []
 
 
-def test_no_input_repeats_a_path_relative_to_the_repository_root(any_rendered):
-    assert engine_paths.root_relative_values(any_rendered.registrations, PROGRAM_DIR, ROOT) == []
-
-
 def test_the_test_stack_checks_a_context_and_a_dockerfile_per_built_entity(rendered_stacks):
     """The check above is not vacuous: the test stack passes two path inputs per image."""
     rendered = rendered_stacks["test"]
@@ -103,7 +108,7 @@ def test_the_test_stack_checks_a_context_and_a_dockerfile_per_built_entity(rende
     assert sorted(checked) == sorted([(r.name, p) for r in images for p in ("build.context", "build.dockerfile")]
                                      + [(r.name, "contextDir") for r in builds])
     for context in [image.inputs["build"]["context"] for image in images] + [b.inputs["contextDir"] for b in builds]:
-        assert context.startswith("../entities/"), context
+        assert context.startswith("entities/"), context  # from the program directory, the root
 
 
 def test_render_yaml_to_directory_is_passed_relative_to_the_program_directory():
@@ -111,8 +116,8 @@ def test_render_yaml_to_directory_is_passed_relative_to_the_program_directory():
     stack_file.values["cloudstation:kubernetes"] = json.dumps({"renderYamlToDirectory": "rendered/test"})
     rendered = render.render("test", stack_file=stack_file)
     [provider] = rendered.of_type("pulumi:providers:kubernetes")
-    assert provider.inputs["renderYamlToDirectory"] == "../rendered/test"
-    assert Path(os.path.normpath(PROGRAM_DIR / "../rendered/test")) == ROOT / "rendered/test"
+    assert provider.inputs["renderYamlToDirectory"] == "rendered/test"
+    assert Path(os.path.normpath(PROGRAM_DIR / "rendered/test")) == ROOT / "rendered/test"
     assert problems(rendered.registrations, PROGRAM_DIR, ROOT) == []
 
 
@@ -148,25 +153,21 @@ def docker_image(context: str, dockerfile: str) -> SimpleNamespace:
 
 def test_the_check_flags_paths_relative_to_the_repository_root():
     """The original fault: inputs spelled from the repository root, resolved from infra/."""
-    found = problems([docker_image("entities/shop/cart", "entities/shop/cart/Dockerfile")], PROGRAM_DIR, ROOT)
+    found = problems([docker_image("entities/shop/cart", "entities/shop/cart/Dockerfile")], SUBDIR, ROOT)
     assert len(found) == 2 and all("no " in p and "infra" in p for p in found), found
-    leaks = engine_paths.root_relative_values(
-        [resource("kubernetes:core/v1:ConfigMap", {"data": {"x": "entities/shop/cart"}})], PROGRAM_DIR, ROOT
-    )
-    assert len(leaks) == 1 and "'entities/shop/cart'" in leaks[0]
 
 
 def test_the_check_flags_absolute_paths_and_paths_outside_the_repository(tmp_path):
-    found = problems([docker_image(str(ROOT / "entities/shop/cart"), "../entities/shop/cart/Dockerfile")], PROGRAM_DIR, ROOT)
+    found = problems([docker_image(str(ROOT / "entities/shop/cart"), "../entities/shop/cart/Dockerfile")], SUBDIR, ROOT)
     assert len(found) == 1 and "absolute" in found[0]
     (tmp_path / "ctx").mkdir()
-    outside = os.path.relpath(tmp_path / "ctx", PROGRAM_DIR)
-    found = problems([docker_image(outside, "../entities/shop/cart/Dockerfile")], PROGRAM_DIR, ROOT)
+    outside = os.path.relpath(tmp_path / "ctx", SUBDIR)
+    found = problems([docker_image(outside, "../entities/shop/cart/Dockerfile")], SUBDIR, ROOT)
     assert len(found) == 1 and "outside the repository" in found[0]
 
 
 def test_the_check_flags_a_file_where_a_directory_is_expected():
-    found = problems([docker_image("../entities/shop/cart/Dockerfile", "../entities/shop/cart")], PROGRAM_DIR, ROOT)
+    found = problems([docker_image("../entities/shop/cart/Dockerfile", "../entities/shop/cart")], SUBDIR, ROOT)
     assert len(found) == 2
 
 
@@ -176,16 +177,16 @@ def test_the_check_flags_a_file_where_a_directory_is_expected():
 )
 def test_the_check_of_render_yaml_to_directory(directory, ok):
     provider = resource("pulumi:providers:kubernetes", {"renderYamlToDirectory": directory})
-    assert (problems([provider], PROGRAM_DIR, ROOT) == []) is ok
+    assert (problems([provider], SUBDIR, ROOT) == []) is ok
 
 
 def test_kubeconfig_is_checked_only_when_it_is_a_path_the_program_chose():
     text = "apiVersion: v1\nkind: Config\n"
-    assert problems([resource("pulumi:providers:kubernetes", {"kubeconfig": text})], PROGRAM_DIR, ROOT) == []
+    assert problems([resource("pulumi:providers:kubernetes", {"kubeconfig": text})], SUBDIR, ROOT) == []
     ambient = "/home/someone/.kube/config"
     provider = resource("pulumi:providers:kubernetes", {"kubeconfig": ambient})
-    assert problems([provider], PROGRAM_DIR, ROOT, ambient_kubeconfig=ambient) == []
-    assert len(problems([provider], PROGRAM_DIR, ROOT)) == 1
+    assert problems([provider], SUBDIR, ROOT, ambient_kubeconfig=ambient) == []
+    assert len(problems([provider], SUBDIR, ROOT)) == 1
 
 
 def test_secret_wrapped_and_list_path_inputs_are_checked():
@@ -193,7 +194,7 @@ def test_secret_wrapped_and_list_path_inputs_are_checked():
 
     group = resource("kubernetes:yaml/v2:ConfigGroup", {"files": ["../Pulumi.yaml", "Pulumi.yaml"]})
     wrapped = resource("docker-build:index:Image", as_secret({"context": {"location": "entities"}}))
-    found = problems([group, wrapped], PROGRAM_DIR, ROOT)
+    found = problems([group, wrapped], SUBDIR, ROOT)
     assert len(found) == 2 and "'Pulumi.yaml'" in found[0] and "'entities'" in found[1], found
 
 

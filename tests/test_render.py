@@ -103,8 +103,8 @@ def test_render_yaml_to_directory_and_context_reach_the_provider():
     # Separately: pulumi-kubernetes rejects context with renderYamlToDirectory (infra/config.py).
     for kubernetes, key, expected in [
         ({"context": "kind-cloudstation"}, "context", "kind-cloudstation"),
-        # Relative to the program's directory, infra/ (tests/test_engine_paths.py).
-        ({"renderYamlToDirectory": "rendered/test"}, "renderYamlToDirectory", "../rendered/test"),
+        # Relative to the program's directory, the root (tests/test_engine_paths.py).
+        ({"renderYamlToDirectory": "rendered/test"}, "renderYamlToDirectory", "rendered/test"),
     ]:
         stack_file = StackFile.read("test")
         stack_file.values["cloudstation:kubernetes"] = json.dumps(kubernetes)
@@ -142,7 +142,8 @@ def test_project_file_names_the_program_and_the_config_namespace():
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     assert project["name"] == render.stack_config.PROJECT
     assert project["runtime"]["name"] == "python"
-    assert (ROOT / project["main"] / "__main__.py").is_file()
+    program, entry = render.engine_paths.program_entry(ROOT)
+    assert (program / entry / "__main__.py").is_file()
 
 
 def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
