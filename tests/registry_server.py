@@ -259,10 +259,12 @@ class _Server:
 
 class CountingProxy(_Server):
     """Forwards every request to `upstream` on kept-alive connections and logs it with its status;
-    `bytes` counts request and response bodies."""
+    `bytes` counts request and response bodies. `lie(seen, content)`, when given, is a hostile
+    registry: bytes it returns replace the answer's body (None keeps it)."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, lie: Optional[Callable[[Seen, bytes], Optional[bytes]]] = None):
         self.upstream = upstream
+        self.lie = lie
         self.bytes = 0
         local = threading.local()
 
@@ -285,6 +287,8 @@ class CountingProxy(_Server):
                     allow_redirects=False, stream=False, timeout=60,
                 )
                 content = answer.content if self.command != "HEAD" else b""
+                if proxy.lie is not None:
+                    content = proxy.lie(Seen(self.command, self.path, dict(self.headers)), content) or content
                 with proxy.lock:
                     proxy.bytes += len(body) + len(content)
                 proxy.log(Seen(self.command, self.path, dict(self.headers), answer.status_code))

@@ -334,6 +334,28 @@ def test_an_unchanged_build_whose_earlier_job_failed_is_built_again(registry, tm
     assert any(f"job {failed} of an earlier `pulumi up` ended FAILED" in m for m in logged)
 
 
+def test_an_earlier_succeeded_job_whose_image_was_cleaned_up_is_built_again(registry, tmp_path, logged, earlier_ids):
+    """Issue 20 finding 11: an earlier `pulumi up`'s job SUCCEEDED, but its image has since been
+    removed (image clean-up, docs/builds.md): the clientId would hand back that job, which pushes
+    nothing ever again. The build goes on to the next attempt and builds, instead of waiting on it."""
+    context = make_context(tmp_path / "cart", extra="// cleaned up\n")
+    with armada_with() as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        earlier_ids["n"] = 1
+        original = submit_earlier(armada, props)
+        for state in ("LEASED", "PENDING", "RUNNING", "SUCCEEDED"):
+            armada.advance(original, state)  # it pushed once; the tag is gone since (never pushed here)
+        push = lambda item: push_image(registry, tmp_path, "shop/cart", item["labels"]["cloudstation.io/content-tag"])  # noqa: E731
+        armada.executor = lambda job: succeeding(push)(armada, job)
+        result = EntityBuildProvider().create(props)
+        client_ids = [b["jobRequestItems"][0]["clientId"] for b in sent(armada, "/v1/job/submit")]
+        [_, rebuilt] = armada.jobs
+    assert client_ids == [entity_build.client_id(props, 1), entity_build.client_id(props, 1), entity_build.client_id(props, 2)]
+    assert result.outs["jobId"] == rebuilt != original
+    assert result.outs["digest"] == registry.digest_of("shop/cart", props["contentTag"])
+    assert any(f"job {original} of an earlier `pulumi up` ended SUCCEEDED without the image" in m for m in logged)
+
+
 def test_a_fixed_entity_after_a_failed_test_is_a_new_job_at_its_first_attempt(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// broken\n")
     with armada_with(failing("not ok")) as armada:

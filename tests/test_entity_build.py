@@ -307,6 +307,33 @@ def test_a_failed_job_fails_with_the_job_error_text_and_the_pod_log(registry, tm
     assert registry.digest_of("shop/cart", props["contentTag"]) is None
 
 
+def test_a_job_reported_succeeded_without_the_image_is_a_clear_failure(registry, tmp_path, logged):
+    """Issue 20 finding 11: Armada says SUCCEEDED but nothing was pushed (a pod that pushed
+    elsewhere): the build fails naming the job and the tag, never an `...@None` reference."""
+    context = make_context(tmp_path / "cart", extra="// pushed elsewhere\n")
+    with armada_with(succeeding(lambda item: None)) as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        (job_id,) = armada.jobs
+    assert (f"Armada job {job_id} succeeded but the registry at {registry.url} has no tag {props['contentTag']} "
+            f"in shop/cart: did the job push to {props['pushRef']}?") in str(error.value)
+
+
+@pytest.mark.parametrize("tag", ["-leading-dash", ".dot", "a" * 129, "two words", "../../platform/x", "v1:latest",
+                                 "t\u00e9st", "tag\n"])
+def test_a_malformed_content_tag_is_refused_before_any_request(tmp_path, tag):
+    """Issue 20 finding 11: the tag goes into registry paths and the job; one that is not an image
+    tag is refused by Check and by Create before anything reaches the registry or Armada."""
+    with armada_with() as armada, CountingProxy(armada.url) as registry_front:
+        props = props_for(make_context(tmp_path / "cart"), registry_front.url, "Basic eDp5", armada.url, contentTag=tag)
+        failures = {f.property: f.reason for f in EntityBuildProvider().check({}, props).failures}
+        assert failures["contentTag"] == f"must be an image tag, got {tag!r}"
+        with pytest.raises(BuildFailed, match="contentTag must be an image tag"):
+            EntityBuildProvider().create(props)
+        assert armada.requests == [] and registry_front.seen == []
+
+
 def test_an_unreachable_armada_fails_naming_its_url(registry, tmp_path, logged):
     context = make_context(tmp_path / "cart", extra="// v5\n")
     url = f"http://127.0.0.1:{free_port()}"

@@ -317,6 +317,19 @@ def test_a_scrape_peer_must_name_namespace_and_pods():
         network.scrape_ingress({"matchLabels": {"a": "b"}}, [9000], [])  # no rule without peers
 
 
+def test_a_scrape_peer_naming_prometheus_pods_but_no_namespace_is_refused():
+    """Issue 20 finding 11: each case above also lacks pod labels, so none fails for the namespace
+    alone. Pods without a namespaceSelector are the policy's own namespace's (any pod there carrying
+    Prometheus' labels, e.g. a tenant's); an empty namespaceSelector is every namespace's."""
+    labels = {"app.kubernetes.io/name": "prometheus"}
+    for peer in (network.pods(labels), {"namespaceSelector": {}, "podSelector": {"matchLabels": labels}}):
+        with pytest.raises(ValueError, match="a scrape peer names Prometheus' namespace and pod labels"):
+            network.scrape_ingress({"matchLabels": {"a": "b"}}, [9000], [peer])
+    # What monitoring.py renders names both, and passes.
+    scrapers = list(MonitoringConfig(enabled=True, prometheusPodLabels=labels).scrapers())
+    assert network.scrape_ingress({"matchLabels": {"a": "b"}}, [9000], scrapers)["ingress"][0]["from"] == scrapers
+
+
 def test_bad_monitoring_config_is_a_clear_error():
     base = cloudstate_variants.edited("test", platform=lambda p: {**p, "monitoring": {
         "enabled": True, "prometheusPodLabels": {}, "scrapeInterval": "soon", "resourceLabels": {"bad key!": "x"}}})

@@ -382,6 +382,32 @@ def test_refusals_leave_file_registry_and_history_untouched(
     assert len(promote.read_history(root, "prod")) == 1
 
 
+def test_a_registry_lying_about_a_manifest_refuses_the_promotion(
+    env, root, tmp_path, registry, pushed, capsys, monkeypatch  # noqa: F811
+):
+    """Issue 20 finding 11: a registry that answers the test stack's digest with another image's
+    manifest (its own old one) must not get that image promoted: the bytes are hashed, and a
+    mismatch refuses the whole promotion before any tag or line is written."""
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    tags_before = tags(registry, pushed)
+    new, old = (registry_api.ImageRef.parse(pushed["shop/cart"][v]) for v in ("new", "old"))
+    old_manifest = registry.session.get(f"{registry.url}/v2/{old.repository}/manifests/{old.digest}",
+                                        headers={"Accept": registry_api.ACCEPT}, auth=registry.auth, timeout=5).content
+
+    def lie(seen, _content):
+        return old_manifest if (seen.method, seen.path) == ("GET", f"/v2/{new.repository}/manifests/{new.digest}") else None
+
+    with CountingProxy(registry.url, lie=lie) as liar:
+        monkeypatch.setenv(registry_api.ADDRESSES_ENV, f"{NODE_HOST}={liar.host}")
+        backend = file_backend(tmp_path, new_images(pushed))
+        assert cli.main([*PROMOTE, "--backend", backend, "--root", str(root)]) == 1
+        assert any(s.path == f"/v2/{new.repository}/manifests/{new.digest}" for s in liar.seen)
+    err = capsys.readouterr().err
+    assert "promotion refused, nothing was changed" in err
+    assert re.search(rf"shop/cart: .*the registry returned a manifest whose digest is {old.digest}", err), err
+    assert_untouched(root, before, registry, pushed, tags_before)
+
+
 def test_refusal_lists_every_problem_at_once(env, root, pushed):
     images = new_images(pushed)
     _not_pinned(images, pushed)

@@ -20,7 +20,9 @@ from infra import image_refs
 from components import registry_api
 from components.limits import MAX_MANIFEST_BYTES, Deadline
 from components.registry_api import Credentials, DistributionRegistry, EcrRegistry, ImageRef, RegistryError
-from tests.registry_server import PASSWORD, USERNAME, DrippingServer, ScriptedServer, build_oci_image, drip, ecr_manifest
+from tests.registry_server import (
+    PASSWORD, USERNAME, CountingProxy, DrippingServer, ScriptedServer, build_oci_image, drip, ecr_manifest,
+)
 
 LAYER_BYTES = 1 << 20
 
@@ -380,3 +382,50 @@ def test_over_https_an_answer_is_read_whole_and_dripped_headers_meet_the_deadlin
         with pytest.raises(RegistryError, match="deadline"):
             client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{digest}"))
         assert time.monotonic() - started < 3
+
+
+# --- a registry that lies (issue 20 finding 11): each guard has a test that fails without it ------------
+
+
+def test_a_manifest_whose_bytes_are_not_the_pinned_digest_is_refused(registry, images):  # noqa: F811
+    """A registry answering a digest with other bytes (here: another image's real manifest) is
+    refused: the bytes are hashed, never trusted by their name."""
+    other = requests.get(f"{registry.url}/v2/shop/likes/manifests/{images['docker'].digest}", auth=registry.auth,
+                         headers={"Accept": registry_api.ACCEPT}, timeout=5).content
+    with CountingProxy(registry.url, lie=lambda seen, content: other if "/manifests/sha256:" in seen.path else None) as liar:
+        client = DistributionRegistry(liar.host, Credentials(USERNAME, PASSWORD))
+        ref = images["oci"]
+        with pytest.raises(RegistryError, match=rf"returned a manifest whose digest is sha256:(?!{ref.digest[7:]})"):
+            client.manifest(ImageRef.parse(f"{liar.host}/{ref.repository}@{ref.digest}"))
+
+
+@pytest.mark.parametrize("operation", ["tag", "put_manifest"])
+def test_a_put_answered_with_another_digest_is_an_error(operation):
+    """The registry says it stored the tag under another digest than the bytes sent: refused (the
+    tag would point elsewhere than the promotion, or the build context, says)."""
+    body = json.dumps({"schemaVersion": 2, "mediaType": registry_api.MANIFEST_MEDIA_TYPES[1]}).encode()
+    digest = "sha256:" + __import__("hashlib").sha256(body).hexdigest()
+    lie = "sha256:" + "0" * 64
+    with ScriptedServer(lambda seen: (201, {"Docker-Content-Digest": lie}, b"")) as server:
+        client = DistributionRegistry(server.host)
+        with pytest.raises(RegistryError, match=f"stored with digest {lie}, not {digest}"):
+            if operation == "tag":
+                manifest = registry_api.Manifest(body, registry_api.MANIFEST_MEDIA_TYPES[1], digest)
+                client.tag(ImageRef.parse(f"{server.host}/shop/cart@{digest}"), manifest, "prod-20260101T000000Z")
+            else:
+                client.put_manifest("builds/shop/cart", "t1", body, registry_api.MANIFEST_MEDIA_TYPES[1])
+        assert [s.method for s in server.seen] == ["PUT"]
+
+
+def test_a_redirect_from_https_to_plain_http_is_refused(tmp_path):
+    """An https registry redirecting a read to http:// would have the answer (and, on its own host,
+    the credentials) cross the network in clear: refused, the http target never asked."""
+    with ScriptedServer(lambda seen: (200, {"Content-Type": "application/json"}, b"{}")) as plain:
+        answer = (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: " + plain.url.encode() +
+                  b"/v2/shop/cart/manifests/" + DIGEST.encode() + b"\r\nContent-Length: 0\r\n\r\n")
+        with DrippingServer([(answer, 0)], tls_dir=tmp_path) as server:
+            client = DistributionRegistry(server.host, insecure=False, env={"REQUESTS_CA_BUNDLE": str(server.ca_file)})
+            with pytest.raises(RegistryError, match=r"refused a redirect from https to http://127\.0\.0\.1:\d+/v2/"):
+                client.manifest(ImageRef.parse(f"{server.host}/shop/cart@{DIGEST}"))
+            assert server.requests == 1
+        assert plain.seen == []
