@@ -225,9 +225,11 @@ class BuildSettings(ConfigModel):
         return self.image or versions.image(BUILDER_IMAGE)
 
     def rebuild_key(self) -> dict[str, str]:
-        """The settings whose change must rebuild every image (the EntityBuild input `builder`):
-        the images that build it. Resources, timeout and egress do not change what is built."""
-        return {"image": self.builder_image, "fetchImage": versions.image(FETCH_IMAGE)}
+        """The settings whose change must rebuild every image (the EntityBuild input `builder`, also
+        hashed into the content tag: infra/builds.py `builder`): the images that build it, as pinned
+        (a mirror serves the same manifests: infra/versions.py `image`). Resources, timeout and
+        egress do not change what is built."""
+        return builder_key(self.builder_image, versions.image(FETCH_IMAGE))
 
     def nothing_to_pull_from(self, mode_note: str = "") -> Optional[str]:
         """For the stack config's check of `armada` mode (before any resource): what is wrong when build
@@ -247,6 +249,11 @@ class BuildSettings(ConfigModel):
             "through, are reached only there), or set platform.builds.mode: local (docs/builds.md, "
             "\"Network access of builds\")"
         )
+
+
+def builder_key(image: str, fetch_image: str) -> dict[str, str]:
+    """What builds an image: the builder (kaniko) and fetch images (`BuildSettings.rebuild_key`)."""
+    return {"image": image, "fetchImage": fetch_image}
 
 
 def _check(condition: bool, message: str) -> None:

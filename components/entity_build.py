@@ -29,7 +29,9 @@ Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at
 - Refresh: `read` answers an empty id when the registry no longer has the tag; the engine then
   treats the resource as deleted (pkg/resource/deploy/step.go RefreshStep.Apply, "If the ID is
   blank treat this as a delete"), and the next `pulumi up` creates it again, i.e. rebuilds.
-- Diff: only `contentTag` and `builder` replace (a new image). A change of how the registry is
+- Diff: only `contentTag` and `builder` replace (a new image; the builder is hashed into the
+  content tag, infra/builds.py `builder`, so the replacement's tag is one the registry lacks and
+  the create builds, never finding the old builder's image). A change of how the registry is
   reached (`registryUrl`, `registryTunnel`, `registryAuthorization`, `REGISTRY_ACCESS_INPUTS`) is an
   update without replacement: a same step keeps the OLD outputs (pkg/resource/deploy/step.go
   `SameStep.Apply`: `s.new.Outputs = s.old.Outputs`) and `pulumi refresh` hands those to `read`
@@ -204,12 +206,15 @@ to differ. A job that fails within this margin of being submitted was not an ear
 
 def client_id(props: dict, attempt: int = 1) -> str:
     """The job's `clientId` (apiJobSubmitRequestItem, at most 100 characters: v0.22.7
-    submit_request.go validateClientId): the content tag, a digest of the repository, tag and
-    context digest (entities sharing a source share a tag but not a repository), and the attempt.
-    Deterministic, so a re-run submits the same id; a new content tag is a new id."""
+    submit_request.go validateClientId): the content tag, a digest of the repository, tag, context
+    digest and builder (entities sharing a source share a tag but not a repository; the builder is
+    in the tag too, infra/builds.py `builder`, and here as well so that no job of another builder
+    is ever handed back), and the attempt. Deterministic, so a re-run submits the same id; a new
+    content tag or builder is a new id."""
     import hashlib
 
-    key = "\n".join([props["repository"], props["contentTag"], props["contextDigest"]])
+    builder = json.dumps(props.get("builder") or {}, sort_keys=True, separators=(",", ":"))
+    key = "\n".join([props["repository"], props["contentTag"], props["contextDigest"], builder])
     return f"{props['contentTag'][:63]}.{hashlib.sha256(key.encode()).hexdigest()[:16]}.{attempt}"
 
 
@@ -464,7 +469,7 @@ class EntityBuildArgs:
     EntityImageArgs.context; the provider re-reads it at create."""
     dockerfile_text: str
     content_tag: str
-    """The image tag: `entity_image.content_tag(context, dockerfile_text)`."""
+    """The image tag: `entity_image.content_tag(context, dockerfile_text, builder)`."""
     context_digest: str
     """`build_context.context_digest(build_context.context_tar(context, dockerfile_text))`."""
     repository: str
@@ -493,7 +498,8 @@ class EntityBuildArgs:
     """The `apiJobSubmitRequestItem` (components/build_job.py), pod spec included; the input carries
     it as JSON text (`job_item_text`)."""
     builder: dict = field(default_factory=dict)
-    """Settings whose change rebuilds (builder image, resources, ...)."""
+    """What builds the image (infra/builds.py `builder`: the pinned builder and fetch images); it is
+    hashed into `content_tag` too, so a change is a new tag that the registry lacks: a build."""
     timeout_seconds: int = 1800
     poll_seconds: float = 5
     binoculars_url: str = ""

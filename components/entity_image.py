@@ -4,7 +4,8 @@ The tag is a content hash of exactly what goes into the image: every file of the
 the entity's .dockerignore does not exclude, plus the Dockerfile text (its own, or the one generated
 here for languages without one). An unchanged entity therefore keeps its image name, so pulumi-docker
 neither rebuilds nor pushes it and nothing downstream changes; a changed entity gets a new tag, and
-only its own. Pods use the digest-pinned reference (`ref`), never the tag alone.
+only its own. An in-cluster build's tag also hashes its builder (`content_tag`), so a builder bump
+is a new tag for every entity. Pods use the digest-pinned reference (`ref`), never the tag alone.
 
 The .dockerignore rules follow Docker's (moby/patternmatcher): patterns are cleaned paths relative
 to the context root; `*` and `?` do not cross `/`; `**` matches any number of directories; a path is
@@ -13,13 +14,14 @@ excluded when it or one of its parent directories matches; `!` re-includes; the 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Iterable, Optional
+from typing import Annotated, Iterable, Mapping, Optional
 
 import pulumi
 from pydantic import AfterValidator
@@ -219,9 +221,14 @@ def context_files(context: Path) -> list[str]:
     return sorted(kept)
 
 
-def content_tag(context: Path, dockerfile_text: str) -> str:
+def content_tag(context: Path, dockerfile_text: str, builder: Optional[Mapping[str, str]] = None) -> str:
     """The image tag of an entity: sha256 over its kept files (path, executable bit, bytes or link
-    target) and the Dockerfile text, truncated to TAG_LENGTH hex digits."""
+    target), the Dockerfile text and, for an in-cluster build, the `builder` that makes the image
+    (components/build_job.py `BuildSettings.rebuild_key`: the pinned builder and fetch images),
+    truncated to TAG_LENGTH hex digits. The builder is part of the tag because the build provider
+    builds only a tag the registry lacks (components/entity_build.py): without it a new builder
+    would find the old builder's image under the same tag and build nothing (issue 19 defect 3).
+    Local builds (the deployer's Docker engine, unpinned) pass none, so their tags stay content only."""
     digest = hashlib.sha256()
     for relative in context_files(context):
         path = context / relative
@@ -232,6 +239,8 @@ def content_tag(context: Path, dockerfile_text: str) -> str:
             kind, content = (b"exec" if info.st_mode & 0o111 else b"file"), path.read_bytes()
         digest.update(b"%s\0%s\0%s\0" % (relative.encode(), kind, hashlib.sha256(content).hexdigest().encode()))
     digest.update(b"Dockerfile\0" + dockerfile_text.encode())
+    if builder:
+        digest.update(b"\0builder\0" + json.dumps(dict(builder), sort_keys=True, separators=(",", ":")).encode())
     return digest.hexdigest()[:TAG_LENGTH]
 
 

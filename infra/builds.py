@@ -49,6 +49,14 @@ def in_armada(config: StackConfig) -> bool:
     return config.environment is Environment.TEST and config.platform.build_mode == "armada"
 
 
+def builder(config: StackConfig) -> Optional[dict[str, str]]:
+    """What builds this stack's images in the cluster (the pinned builder and fetch images,
+    components/build_job.py `rebuild_key`), None for local builds: the one value both the content
+    tag (components/entity_image.py `content_tag`, infra/delivery.py) and the EntityBuild's
+    `builder` input and clientId are made from, so a builder bump is a new tag and a new job."""
+    return config.platform.builds.rebuild_key() if in_armada(config) else None
+
+
 def registry_service_host(config: StackConfig) -> str:
     """host:port of the managed registry's in-cluster Service: where build pods fetch and push.
     (Config validation allows armada builds with a managed registry only.)"""
@@ -241,7 +249,7 @@ def entity_build(
             queue=project_queue_name(project),
             job_set_id=f"{project}-{stack.stack}",
             job_item=item,
-            builder=settings.rebuild_key(),
+            builder=builder(config),  # also in `tag` (infra/delivery.py)
             timeout_seconds=settings.timeout_seconds + QUEUE_GRACE_SECONDS,
             poll_seconds=POLL_SECONDS,
             binoculars_url=armada.binoculars_url,

@@ -204,6 +204,7 @@ def entity_images(
 
     config = stack.config
     in_armada = builds.in_armada(config)
+    builder = builds.builder(config)  # in-cluster builds: the builder is part of the tag
     images: dict[tuple[str, str], pulumi.Output[str]] = {}
     tags: dict[tuple[str, str], str] = {}  # one walk per context and Dockerfile within this run
     for project, entity in all_entities(config):
@@ -212,7 +213,7 @@ def entity_images(
             continue
         dockerfile, text = entity_dockerfile(stack.root, project, entity, config.platform.image_mirror)
         if (entity.source, text) not in tags:
-            tags[(entity.source, text)] = content_tag(stack.root / entity.source, text)
+            tags[(entity.source, text)] = content_tag(stack.root / entity.source, text, builder)
         if in_armada:
             build = builds.entity_build(stack, access, project, entity.name, entity.source, text, tags[(entity.source, text)])
             images[(project, entity.name)] = build.ref

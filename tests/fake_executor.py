@@ -40,7 +40,7 @@ from typing import Callable, Iterator, Optional, Union
 import requests
 
 from cloudstation_tools import checks, validate
-from components import entity_image
+from components import build_job, entity_image
 from tests.fake_armada import TERMINAL, FakeArmada, Job
 
 CONTEXT_ANNOTATION = "cloudstation.io/build-context"
@@ -72,11 +72,14 @@ class FakeExecutor:
     `armada` from then on. `registry` is a tests/registry_server.py RegistryServer standing for the in-cluster
     registry that pods reach as `registry_host` (the host in the annotations); `credentials` are what the
     build Secret holds (default: the registry's own user); `namespace`, when set, is the only namespace a build
-    pod may use; `pod_security` the namespace's enforce level."""
+    pod may use; `pod_security` the namespace's enforce level. `builders`: the content tag hashes the pod's
+    builder and fetch images too (components/build_job.py builder_key), as the program's in-cluster tags do
+    (infra/builds.py builder; pods here run the pins, no mirror); False for items tagged by content alone."""
 
     def __init__(self, armada: FakeArmada, registry, contexts: Contexts, *, registry_host: str,
                  pod_security: str = "restricted", credentials: Optional[tuple[str, str]] = None,
-                 namespace: Optional[str] = None, versions: Optional[list[str]] = None, test_timeout: float = 120.0):
+                 namespace: Optional[str] = None, versions: Optional[list[str]] = None, test_timeout: float = 120.0,
+                 builders: bool = False):
         if pod_security not in checks.POD_SECURITY_LEVELS:
             raise ValueError(f"pod_security {pod_security!r}: one of {list(checks.POD_SECURITY_LEVELS)}")
         self.armada, self.registry, self.contexts = armada, registry, contexts
@@ -84,6 +87,7 @@ class FakeExecutor:
         self.credentials = credentials or (registry.username, registry.password)
         self.versions = versions or validate.SUPPORTED_VERSIONS
         self.test_timeout = test_timeout
+        self.builders = builders
         self.fail: dict[str, str] = {}
         self.hang: set[str] = set()
         self.hang_all = False
@@ -215,7 +219,11 @@ class FakeExecutor:
     def _check(self, job: Job, data: bytes, context: Path, dockerfile_text: str, project: str, entity: str,
                tag: str, container: str) -> None:
         problems = context_problems(data, context, dockerfile_text)
-        expected_tag = entity_image.content_tag(context, dockerfile_text)
+        builder = None
+        if self.builders:
+            spec = job.pod_spec
+            builder = build_job.builder_key(spec["containers"][0]["image"], spec["initContainers"][0]["image"])
+        expected_tag = entity_image.content_tag(context, dockerfile_text, builder)
         if tag != expected_tag:
             problems.append(f"label {TAG_LABEL}={tag!r}, the entity's content tag is {expected_tag!r}")
         image = (job.item.get("annotations") or {}).get(IMAGE_ANNOTATION, "")
@@ -432,7 +440,7 @@ class BuildCluster:
 @contextlib.contextmanager
 def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queues=(), users=(),
                   verbs=("submit",), pod_security: str = "restricted", namespace: Optional[str] = None,
-                  authorization: Optional[str] = None) -> Iterator[BuildCluster]:
+                  authorization: Optional[str] = None, builders: bool = False) -> Iterator[BuildCluster]:
     """A docker-registry (tests/registry_server.py, in `workdir`), a FakeArmada whose `queues` give `users` the
     queue `verbs` (submit, watch, cancel; the Queue component grants the build user all three:
     components/armada/queue.py SUBMITTER_VERBS), a FakeExecutor playing the build pods and a FakeBinoculars
@@ -444,5 +452,5 @@ def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queu
         for queue in queues:
             armada.add_queue(queue, **{QUEUE_VERB_ARGUMENT[verb]: users for verb in verbs})
         with FakeExecutor(armada, registry, contexts, registry_host=registry_host, pod_security=pod_security,
-                          namespace=namespace) as executor, FakeBinoculars(executor, authorization) as binoculars:
+                          namespace=namespace, builders=builders) as executor, FakeBinoculars(executor, authorization) as binoculars:
             yield BuildCluster(armada, executor, registry, binoculars)

@@ -283,6 +283,10 @@ def test_the_client_id_is_deterministic_and_within_armadas_limit(tmp_path):
     assert entity_build.client_id({**props, "repository": "shop/basket"}) != first
     long_tag = {**props, "contentTag": "t" * 128}
     assert len(entity_build.client_id(long_tag, entity_build.MAX_ATTEMPTS)) <= fake_armada.CLIENT_ID_MAX
+    # Another builder is another job (issue 19 defect 3), even where a tag would not say so.
+    other_builder = {**props, "builder": {**props["builder"], "image": "builder@sha256:" + "b" * 64}}
+    assert entity_build.client_id(other_builder) != first
+    assert entity_build.client_id({**props, "builder": dict(reversed(list(props["builder"].items())))}) == first
 
 
 def test_a_job_of_an_interrupted_up_is_waited_for_not_built_again(registry, tmp_path, logged, earlier_ids):

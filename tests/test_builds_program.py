@@ -84,7 +84,8 @@ def cluster(tmp_path_factory):
                         password=REGISTRY_PASSWORD) as registry, FakeArmada() as armada:
         # The executor reads each entity's files at job time: the copy's, edited by the tests.
         with FakeExecutor(armada, registry, lambda project, entity: entities(copy)[(project, entity)],
-                          registry_host=host, pod_security="baseline", namespace=config.platform.builds_namespace) as executor:
+                          registry_host=host, pod_security="baseline", namespace=config.platform.builds_namespace,
+                          builders=True) as executor:
             yield Cluster(copy, registry, armada, executor)
 
 
@@ -403,3 +404,37 @@ def test_without_a_push_host_builds_reach_the_registry_through_their_own_tunnel(
         cluster.registry.digest_of(f"{project}/{entity}", result.outputs["images"][f"{project}/{entity}"]
                                    .split("@")[0].rsplit(":", 1)[1]))
     first.state.update(result.state)
+
+
+def test_a_builder_pin_bump_builds_every_entity_again(cluster, first):
+    """Issue 19 defect 3: bumping kaniko (infra/versions.py) replaces every EntityBuild; each must
+    build again, under a new content tag, not find `<repo>:<contentTag>` of the old builder in the
+    registry and hand back the old digest. Through the real provider, the fake Armada and executor
+    and a real registry, with the copy's own versions.py bumped."""
+    versions_py = cluster.copy / "infra" / "versions.py"
+    original = versions_py.read_text()
+    old_pin, new_pin = '"kaniko": "docker.io/martizih/kaniko:v1.28.3"', '"kaniko": "docker.io/martizih/kaniko:v1.28.4"'
+    assert original.count(old_pin) == 1
+    before = cluster.run(state=first.state)
+    assert before.error is None, before.error
+    jobs_before = list(cluster.executor.jobs)
+    versions_py.write_text(original.replace(old_pin, new_pin))
+    try:
+        after = cluster.run(state=before.state)
+    finally:
+        versions_py.write_text(original)
+    assert after.error is None, after.error
+    new_jobs = [cluster.armada.jobs[j] for j in cluster.executor.jobs if j not in jobs_before]
+    built = sorted((j.item["labels"]["cloudstation.io/project"], j.item["labels"]["cloudstation.io/entity"]) for j in new_jobs)
+    assert built == sorted(entities(cluster.copy)), "every entity is built once again with the new builder"
+    assert all(j.state == "SUCCEEDED" and j.pod_spec["containers"][0]["image"].endswith(":v1.28.4") for j in new_jobs)
+    old_images, new_images = before.outputs["images"], after.outputs["images"]
+    assert set(old_images) == set(new_images)
+    for key, ref in new_images.items():
+        tag = ref.split("@")[0].rsplit(":", 1)[1]
+        assert ref != old_images[key] and tag not in old_images[key], key  # a new tag and digest
+        assert ref.endswith("@" + cluster.registry.digest_of(key, tag)), key
+    # Every StatefulService deploys its new image.
+    changed = {name for name, r in after.stateful_services().items()
+               if r["inputs"] != before.stateful_services()[name]["inputs"]}
+    assert changed == set(before.stateful_services())

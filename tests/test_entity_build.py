@@ -115,9 +115,14 @@ def job_item(context_repository: str, digest: str, tag: str, namespace: str = "c
     }
 
 
-def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: str, **overrides) -> dict:
+BUILDER = {"image": "builder@sha256:" + "a" * 64, "fetchImage": "fetch@sha256:" + "f" * 64}
+
+
+def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: str, builder: dict = BUILDER,
+              **overrides) -> dict:
+    """The provider's inputs as infra/builds.py makes them: the tag hashes the builder too."""
     tar = build_context.context_tar(context, DOCKERFILE_TEXT)
-    digest, tag = build_context.context_digest(tar), content_tag(context, DOCKERFILE_TEXT)
+    digest, tag = build_context.context_digest(tar), content_tag(context, DOCKERFILE_TEXT, builder)
     context_repository = build_context.context_repository("", "shop", "cart")
     props = {
         "contentTag": tag, "contextDigest": digest, "contextDir": str(context), "dockerfileText": DOCKERFILE_TEXT,
@@ -125,7 +130,7 @@ def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: 
         "pushRef": f"registry.cloudstation-registry.svc:5000/shop/cart:{tag}", "pullHost": "localhost:32000",
         "registryUrl": registry_url, "registryAuthorization": registry_auth,
         "armadaUrl": armada_url, "armadaAuthorization": ARMADA_AUTH, "queue": QUEUE, "jobSetId": JOB_SET,
-        "jobItem": job_item_text(job_item(context_repository, digest, tag)), "builder": {"image": "builder@sha256:" + "a" * 64},
+        "jobItem": job_item_text(job_item(context_repository, digest, tag)), "builder": builder,
         "timeoutSeconds": 20, "pollSeconds": 0.05,
     }
     return {**props, **overrides}
@@ -610,7 +615,8 @@ def e2e_props(cluster, context: Path) -> dict:
     from components.build_job import BuildSettings, build_job_item
 
     props = props_for(context, cluster.registry.url, basic(cluster.registry), cluster.armada.url,
-                      binocularsUrl=cluster.binoculars.url, timeoutSeconds=120, pollSeconds=0.1)
+                      builder=BuildSettings().rebuild_key(), binocularsUrl=cluster.binoculars.url, timeoutSeconds=120,
+                      pollSeconds=0.1)
     props["jobItem"] = job_item_text(build_job_item(
         project="shop", entity="cart", content_tag=props["contentTag"], context_digest=props["contextDigest"],
         registry_host=REGISTRY_HOST, namespace="cloudstation-builds", secret_name="build-registry",
@@ -627,7 +633,7 @@ def cluster(tmp_path):
     contexts: dict = {}
     with build_cluster(tmp_path / "cluster", contexts, registry_host=REGISTRY_HOST, queues=[QUEUE], users=[SUBMITTER],
                        namespace="cloudstation-builds", authorization=ARMADA_AUTH,
-                       pod_security=POD_SECURITY_LEVEL) as built:
+                       pod_security=POD_SECURITY_LEVEL, builders=True) as built:
         built.contexts = contexts
         yield built
 

@@ -427,6 +427,30 @@ def test_test_stack_tags_are_the_content_hash_of_each_source(rendered_stacks):
         assert rendered.outputs["images"][f"{project}/{entity.name}"].split("@")[0].endswith(f":{tag}")
 
 
+def test_in_cluster_build_tags_hash_the_source_and_the_builder(rendered_stacks):
+    """Issue 19 defect 3: an in-cluster build's tag is the content hash of its source, Dockerfile
+    and builder, the same value as its EntityBuild's `builder` input (infra/builds.py `builder`),
+    so a builder bump is a new tag the registry lacks, and the provider builds it."""
+    from components import build_job
+
+    config = render.validate_config("test")
+    assert config.platform.build_mode == "armada"
+    builder = config.platform.builds.rebuild_key()
+    assert builder == build_job.builder_key(versions.image(build_job.BUILDER_IMAGE), versions.image(build_job.FETCH_IMAGE))
+    builds = {r.name: r for r in rendered_stacks["test"].registrations if r.type.endswith("dynamic/builds:EntityBuild")}
+    for project, entity in delivery.all_entities(config):
+        _, text = delivery.entity_dockerfile(ROOT, project, entity, config.platform.image_mirror)
+        build = builds[f"build-{project}-{entity.name}-build"]
+        assert build.inputs["builder"] == builder
+        assert build.inputs["contentTag"] == content_tag(ROOT / entity.source, text, builder)
+    source = ROOT / config.projects[0].entities[0].source
+    text = (source / "Dockerfile").read_text() if (source / "Dockerfile").is_file() else "FROM x\n"
+    bumped = {**builder, "image": builder["image"].split("@")[0] + "-bumped"}
+    assert len({content_tag(source, text), content_tag(source, text, builder), content_tag(source, text, bumped),
+                content_tag(source, text, {**builder, "fetchImage": "other"})}) == 4
+    assert content_tag(source, text, dict(reversed(list(builder.items())))) == content_tag(source, text, builder)
+
+
 def test_prod_deploys_exactly_the_images_of_its_stack_file(rendered_stacks):
     config = promoted.validate_config("prod")
     images = rendered_stacks["prod"].outputs["images"]

@@ -122,10 +122,14 @@ def expected_changes(before: engine.Graph, group: str) -> dict[str, set[str]]:
             found["update" if mutable_config and resource.inputs.get("immutable") is not True else "replace"].add(resource.urn)
         elif _names(resource.inputs, refs):
             found.setdefault("unclassified", set()).add(resource.urn)
-    # An in-cluster build the pin feeds is built again (its `builder` is a rebuild key, a generated
-    # Dockerfile changes the content tag: components/entity_build.py), under a new digest, so each
-    # StatefulService deploying that image updates, and its project's deploy gate, the ConfigMap
-    # listing the project's images (components/project_environment.py), changes as ConfigMaps do.
+    # An in-cluster build the pin feeds is built again: the builder (kaniko, build-fetch) is hashed
+    # into the content tag (infra/builds.py `builder`), and a generated Dockerfile changes it too, so
+    # the tag is one the registry lacks and the provider builds it (components/entity_build.py). The
+    # mocks' digest follows the tag alone, as the provider's does (cloudstation_tools/mocks.py
+    # `_entity_build`): a pin that left the tag alone would leave the image alone here too. Under the
+    # new digest each StatefulService deploying that image updates, and its project's deploy gate,
+    # the ConfigMap listing the project's images (components/project_environment.py), changes as
+    # ConfigMaps do.
     for build in before.resources:
         if build.type == "pulumi-python:dynamic/builds:EntityBuild" and build.urn in found["other"]:
             image = f"{build.inputs['pullHost']}/{build.inputs['repository']}:{build.inputs['contentTag']}@"
