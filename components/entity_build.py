@@ -14,7 +14,9 @@
    `pulumi up` display shows it);
 3. a failed job raises an error with Armada's error text for it (`/v1/job/errors`: the test
    output) and, when `binocularsUrl` is set, the pod's last log lines; a job still running at the
-   timeout is cancelled (best effort) and the error says so;
+   timeout is cancelled (best effort) and the error says so; a job REJECTED only because no
+   executor had reported a node to the scheduler yet (a fresh install) is submitted again until
+   the timeout (`_run_job`);
 4. the digest is read from the registry (HEAD of the tag), never taken from the job.
 
 Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at the nearest stored):
@@ -352,9 +354,9 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         manifest = build_context.context_manifest(digest, len(tar))
         registry.put_manifest(repository, tag, manifest, build_context.OCI_MANIFEST)
 
-    def _submit(self, props: dict, client, registry) -> str:
-        """Submit the build with a deterministic `clientId` (`client_id`) and return the job to
-        wait for. Armada answers a clientId it has seen in the queue with the original job's id
+    def _submit(self, props: dict, client, registry, first: int = 1) -> tuple[str, int]:
+        """Submit the build with a deterministic `clientId` (`client_id`, attempts from `first`) and
+        return the job to wait for and its attempt. Armada answers a clientId it has seen in the queue with the original job's id
         (v0.22.7 internal/server/submit/submit.go SubmitJobs, deduplicaton.go: key
         `<queue>:<clientId>` in the lookout database's job_deduplication table, pruned after the
         lookout pruner's `deduplicationExpireAfter`, 168h by default), so a `pulumi up` that was
@@ -367,13 +369,13 @@ class EntityBuildProvider(dynamic.ResourceProvider):
 
         image = f"{props['repository']}:{props['contentTag']}"
         queue, job_set = props["queue"], props["jobSetId"]
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        for attempt in range(first, MAX_ATTEMPTS + 1):
             item = {**job_item_of(props), "clientId": client_id(props, attempt)}
             started = time.monotonic()
             (job_id,), server_time = client.submit_timed(queue, job_set, [item])
             if not is_earlier_job(job_id, server_time, time.monotonic() - started):
                 log(f"{image}: submitted Armada job {job_id} (queue {queue}, job set {job_set}, client id {item['clientId']})")
-                return job_id
+                return job_id, attempt
             state = client.status([job_id])[job_id]
             ended_without_image = state in FAILED_STATES or (
                 state == SUCCEEDED and registry is not None
@@ -381,7 +383,7 @@ class EntityBuildProvider(dynamic.ResourceProvider):
             if not ended_without_image:
                 log(f"{image}: Armada job {job_id} of an earlier `pulumi up` builds it (client id {item['clientId']}, "
                     f"{state}); waiting for it")
-                return job_id
+                return job_id, attempt
             log(f"{image}: Armada job {job_id} of an earlier `pulumi up` ended {state} without the image (client id "
                 f"{item['clientId']}); building again")
         raise BuildFailed(f"{image}: {MAX_ATTEMPTS} earlier Armada jobs of this content all ended without the image "
@@ -389,14 +391,20 @@ class EntityBuildProvider(dynamic.ResourceProvider):
                           "change the entity or wait for Armada to forget them (lookout pruner, deduplicationExpireAfter)")
 
     def _run_job(self, props: dict, registry=None) -> str:
-        from components.armada.jobs_api import FAILED_STATES, SUCCEEDED, failure_reason
+        """Submit (`_submit`) and wait for the job, at most `timeoutSeconds`. A job REJECTED only
+        because no executor had reported a node to the scheduler yet (a fresh install: Armada's
+        submit check sees the executors as of its last snapshot, refreshed every
+        `executorUpdateFrequency`, components/armada/config.py EXECUTOR_UPDATE_FREQUENCY;
+        jobs_api.rejected_for_no_nodes) is submitted again as the next attempt after `pollSeconds`,
+        until the timeout; every other rejection fails the build with Armada's text."""
+        from components.armada.jobs_api import FAILED_STATES, SUCCEEDED, rejected_for_no_nodes
 
         timeout, poll = float(props["timeoutSeconds"]), float(props["pollSeconds"])
         deadline = time.monotonic() + timeout
         image = f"{props['repository']}:{props['contentTag']}"
         client = _jobs(props, wait=min(CONNECT_WAIT_SECONDS, timeout))
         queue, job_set = props["queue"], props["jobSetId"]
-        job_id = self._submit(props, client, registry)
+        job_id, attempt = self._submit(props, client, registry)
         state, last_error = None, None
         while True:
             try:
@@ -411,7 +419,20 @@ class EntityBuildProvider(dynamic.ResourceProvider):
             if state == SUCCEEDED:
                 return job_id
             if state in FAILED_STATES:
-                raise BuildFailed(self._failure_text(props, client, job_id, state, failure_reason))
+                text = self._error_text(props, client, job_id)
+                waiting = state == "REJECTED" and rejected_for_no_nodes(text)
+                if not waiting or time.monotonic() + poll > deadline:
+                    hint = (f"no executor reported a node to Armada's scheduler within {timeout:g} s (timeoutSeconds): "
+                            "check that the executors run and reach the scheduler (`kubectl -n <armada namespace> get "
+                            "pods`, the executor's log)") if waiting else ""
+                    raise BuildFailed(self._failure_text(props, job_id, state, text, hint))
+                log(f"{image}: Armada job {job_id} was rejected: no executor had reported a node to Armada's scheduler "
+                    f"yet (its submit check sees them every executorUpdateFrequency); submitting again in {poll:g} s",
+                    "warn")
+                time.sleep(poll)
+                job_id, attempt = self._submit(props, client, registry, attempt + 1)
+                state = None
+                continue
             if time.monotonic() + poll > deadline:
                 break
             time.sleep(poll)
@@ -428,9 +449,10 @@ class EntityBuildProvider(dynamic.ResourceProvider):
             f"`armadactl watch {queue} {job_set}` (docs/builds.md, a stuck job)"
         )
 
-    def _failure_text(self, props: dict, client, job_id: str, state: str, failure_reason) -> str:
-        image = f"{props['repository']}:{props['contentTag']}"
-        parts = [f"{image}: Armada job {job_id} {state}"]
+    def _error_text(self, props: dict, client, job_id: str) -> str:
+        """Armada's error text for a job that ended without success ("" when none is recorded)."""
+        from components.armada.jobs_api import failure_reason
+
         try:
             text = client.errors([job_id])[job_id]
         except Exception as error:  # noqa: BLE001 - still report the failure
@@ -440,6 +462,11 @@ class EntityBuildProvider(dynamic.ResourceProvider):
                 text = failure_reason(client.job_set_events(props["queue"], props["jobSetId"]), job_id) or ""
             except Exception:  # noqa: BLE001
                 text = ""
+        return text
+
+    def _failure_text(self, props: dict, job_id: str, state: str, text: str, hint: str = "") -> str:
+        image = f"{props['repository']}:{props['contentTag']}"
+        parts = [f"{image}: Armada job {job_id} {state}" + (f": {hint}" if hint else "")]
         parts.append(f"job error:\n{text.strip() or '(Armada recorded no error text)'}")
         if props.get("binocularsUrl"):
             parts.append(self._logs(props, job_id))

@@ -53,12 +53,13 @@ RECORD: dict[str, dict[str, Any]] = {
 VALUES = {
     "config/server/config.yaml": ("corsAllowedOrigins", "metricsPort", "postgres.connection.dbname",
                                   "submission.allowedPriorityClassNames", "submission.defaultPriorityClassName"),
-    "config/scheduler/config.yaml": ("metrics.port", "postgres.connection.dbname"),
+    "config/scheduler/config.yaml": ("metrics.port", "postgres.connection.dbname", "scheduling.executorUpdateFrequency"),
     "config/scheduleringester/config.yaml": ("postgres.connection.dbname",),
     "config/lookout/config.yaml": ("metricsPort", "postgres.connection.dbname", "postgres.connection.port"),
     "config/lookoutingester/config.yaml": ("metricsPort", "postgres.connection.dbname"),
     "config/eventingester/config.yaml": ("metricsPort",),
-    "config/executor/config.yaml": ("executorApiConnection.forceNoTls", "metric.port"),
+    "config/executor/config.yaml": ("executorApiConnection.forceNoTls", "metric.port",
+                                    "task.allocateSpareClusterCapacityInterval"),
     "config/binoculars/config.yaml": ("auth.anonymousAuth", "metricsPort"),
 }
 for _path, _values in VALUES.items():

@@ -16,6 +16,10 @@ runtime/handler.go ForwardResponseStream: one `{"result": <apiEventStreamMessage
 is one `{"error": {...}}` chunk). Events per job as internal/server/event/conversion/conversions.go makes them:
 submitted + queued at submit, then leased, pending, running, succeeded | failed as an executor drives the job.
 
+The scheduler's submit check, when `submit_check` is set (`SubmitCheck`): a job no pool of the scheduler's
+executor snapshot can take is rejected (REJECTED, its error and `failed` event the reason text the scheduler
+writes), as on a fresh install before the snapshot shows the executor's nodes.
+
 Every request body is validated against the vendored swagger (tests/armada_swagger.py; unknown fields refused,
 which the real gateway would silently drop) and answered in the real gateway's JSON (encoding/json: enums as
 numbers, timestamps as {seconds, nanos}, errors `{error, code, message}`). Runs on 127.0.0.1 on a free port in a
@@ -145,6 +149,118 @@ class Job:
         return f"armada-{self.id}-0"  # the executor's pod name (internal/executor/util/kubernetes_object.go)
 
 
+PodRequirementsNotMetReasonInsufficientResources = "insufficient resources available"
+"""internal/scheduler/nodedb/nodematching.go: what a node that cannot fit the job's requests is excluded for."""
+
+
+def _tabwriter(rows: list[list[str]]) -> str:
+    """Go's text/tabwriter as internal/scheduler/scheduling/context/pod.go configures it
+    (tabwriter.NewWriter(&sb, 1, 1, 1, ' ', 0)) for rows of tab-terminated cells plus a last
+    free cell: each column of a block of consecutive rows that have it is as wide as its widest
+    cell plus one space; a row with no tab-terminated cell ends every block."""
+    out = []
+    block: list[list[str]] = []
+
+    def flush():
+        columns = max((len(r) - 1 for r in block), default=0)
+        widths = [max(len(r[c]) for r in block if len(r) - 1 > c) + 1 for c in range(columns)]
+        out.extend("".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:-1])) + r[-1] for r in block)
+        block.clear()
+
+    for row in rows:
+        if len(row) == 1:
+            flush()
+            out.append(row[0])
+        else:
+            block.append(row)
+    flush()
+    return "".join(line + "\n" for line in out)
+
+
+def pod_scheduling_context(nodes: int, excluded: dict[str, int]) -> str:
+    """context/pod.go PodSchedulingContext.String() of a job no node was found for (Node: none)."""
+    rows = [["Node:", "none"], ["Number of nodes in cluster:", str(nodes)]]
+    if not excluded:
+        rows.append(["Excluded nodes:", "none"])
+    else:
+        rows.append(["Excluded nodes:"])
+        rows += [["", f"{count}:", reason] for reason, count in excluded.items()]
+    return _tabwriter(rows)
+
+
+def pod_requests(spec: dict) -> dict[str, int]:
+    """A pod's requests in thousandths as the scheduler counts them: per resource the larger of
+    the containers' sum and the largest init container (k8s resource.TotalPodResourceRequest,
+    which Armada's PodRequirementsFromPodSpec uses)."""
+    def requests(container: dict) -> dict[str, int]:
+        return {k: quantity_milli(v) for k, v in ((container.get("resources") or {}).get("requests") or {}).items()}
+
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, value in requests(container).items():
+            total[name] = total.get(name, 0) + value
+    for container in spec.get("initContainers") or []:
+        for name, value in requests(container).items():
+            total[name] = max(total.get(name, 0), value)
+    return total
+
+
+@dataclass
+class SubmitCheck:
+    """The scheduler's submit check, armadaproject/armada v0.22.7 internal/scheduler/submitcheck.go:
+    `SubmitChecker` keeps a snapshot of the executors' nodes, taken when the scheduler starts
+    (`Initialise`) and every `scheduling.executorUpdateFrequency` after (`Run`'s ticker; 60s in
+    config/scheduler/config.yaml), from what executors stored at their last lease request
+    (internal/scheduler/api.go LeaseJobRuns -> StoreExecutor; the executor asks every
+    `task.allocateSpareClusterCapacityInterval`, 5s). Each new job is checked against that
+    snapshot (scheduler.go `submitCheck`): if no pool (`scheduling.pools`, in order) has a node that
+    fits it, the job gets a terminal JobRejected whose message is `getSchedulingResult`'s text,
+    per pool "pool <name>:\n" + the pod scheduling context + "\n---\n". Lookout records it as
+    REJECTED with the message as the job's error (lookoutingester/instructions/instructions.go), the
+    event stream as a `failed` event with it as reason, cause Rejected
+    (server/event/conversion/conversions.go FromInternalJobErrors). A pool without nodes says
+    "Number of nodes in cluster: 0"; one whose nodes are too small excludes them for
+    "insufficient resources available" (nodedb.go SelectNodeForJobWithTxn's deferred count).
+
+    `report(pool, ...)` is an executor's lease request storing its nodes; `started` the scheduler's
+    start (time.monotonic())."""
+
+    pools: list[str] = field(default_factory=lambda: ["default"])
+    update_frequency: float = 60.0
+    started: float = field(default_factory=time.monotonic)
+    reported: list[tuple[float, str, int, dict[str, int]]] = field(default_factory=list)
+
+    def report(self, pool: str = "default", nodes: int = 1, allocatable: Optional[dict] = None,
+               at: Optional[float] = None) -> None:
+        """An executor reports `nodes` nodes of `allocatable` (cpu 8, memory 32Gi by default) in `pool`."""
+        allocatable = allocatable or {"cpu": "8", "memory": "32Gi", "ephemeral-storage": "100Gi"}
+        self.reported.append((time.monotonic() if at is None else at, pool, nodes,
+                              {k: quantity_milli(v) for k, v in allocatable.items()}))
+
+    def snapshot(self, now: Optional[float] = None) -> dict[str, tuple[int, dict[str, int]]]:
+        """pool -> (nodes, allocatable per node) as of the last refresh (the latest report of each
+        pool stored by then; StoreExecutor replaces an executor's nodes)."""
+        now = time.monotonic() if now is None else now
+        refreshed = self.started + (max(now - self.started, 0) // self.update_frequency) * self.update_frequency
+        seen: dict[str, tuple[int, dict[str, int]]] = {}
+        for at, pool, nodes, allocatable in sorted(self.reported, key=lambda r: r[0]):
+            if at <= refreshed:
+                seen[pool] = (nodes, allocatable)
+        return seen
+
+    def reason(self, spec: dict, now: Optional[float] = None) -> Optional[str]:
+        """None when some pool can take a pod of `spec`, else the rejection message."""
+        snapshot, wanted = self.snapshot(now), pod_requests(spec)
+        text = ""
+        for pool in self.pools:
+            nodes, allocatable = snapshot.get(pool, (0, {}))
+            if nodes and all(allocatable.get(name, 0) >= value for name, value in wanted.items()):
+                return None
+            excluded = {PodRequirementsNotMetReasonInsufficientResources: nodes} if nodes else {}
+            text += f"pool {pool}:\n" + pod_scheduling_context(nodes, excluded) + "\n---\n"
+        return text
+
+
 class FakeArmada:
     """`queues` is the server's state; `requests` logs (method, path, body); `deny` names queues the caller
     lacks every permission for (403); `unavailable` makes the next N requests answer 503; `authorization`,
@@ -155,7 +271,9 @@ class FakeArmada:
     `userOwners`); `POST /v1/job/cancel` cancels (CANCELLED at once); `submission` the server's
     validation settings; `executor`, when set, is called with each new Job on its own thread and drives it with
     `advance`; `lookout_lag` makes status and errors not know a job for its first N reads (the lookout ingester's
-    delay); `job_state_names` answers state names instead of the wire's numbers."""
+    delay); `job_state_names` answers state names instead of the wire's numbers; `submit_check` (a
+    `SubmitCheck`), when set, rejects what the scheduler's executor snapshot cannot take (the executor then
+    never sees the job)."""
 
     def __init__(self):
         self.queues: dict[str, dict] = {}
@@ -169,6 +287,7 @@ class FakeArmada:
         self.cancel_any_jobs: set[str] = set()
         self.submission = Submission()
         self.executor: Optional[Callable[[Job], None]] = None
+        self.submit_check: Optional[SubmitCheck] = None
         self.lookout_lag = 0
         self.job_state_names = False
         self.cluster_id = "fake-cluster"
@@ -258,6 +377,18 @@ class FakeArmada:
                 ])
             self._publish(job, [{EVENT_OF_STATE[state]: self._event(job, **run)}])
 
+    def reject(self, job_id: str, reason: str) -> None:
+        """The scheduler's submit check refused a queued job (`SubmitCheck`): REJECTED, `reason` its error and
+        its `failed` event's reason (cause Rejected, category internal/job-rejected: errormatch types.go)."""
+        with self._changed:
+            job = self.jobs[job_id]
+            if job.state != "QUEUED":
+                raise ValueError(f"job {job_id}: only a queued job is submit-checked, not a {job.state} one")
+            job.state, job.error = "REJECTED", reason
+            self._publish(job, [{"failed": self._event(
+                job, reason=reason, cause=armada_swagger.CAUSES.index("Rejected"), failureCategory="internal",
+                failureSubcategory="job-rejected")}])
+
     def _event(self, of: Job, **fields) -> dict:
         return omit_empty({"jobId": of.id, "jobSetId": of.job_set_id, "queue": of.queue,
                            "created": timestamp(time.time()), **fields})
@@ -290,6 +421,10 @@ class FakeArmada:
             except Exception as error:  # a bug of the fake: answer it as the server's Unknown, visibly
                 return 500, error_body(UNKNOWN_CODE, f"fake Armada error: {type(error).__name__}: {error}")
         for job in new_jobs:  # outside the lock: the executor calls advance()
+            reason = self.submit_check.reason(job.pod_spec) if self.submit_check is not None else None
+            if reason is not None:
+                self.reject(job.id, reason)
+                continue
             if self.executor is not None:
                 threading.Thread(target=self.executor, args=(job,), daemon=True, name=f"executor-{job.id}").start()
         return 200, answer

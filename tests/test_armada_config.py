@@ -259,6 +259,27 @@ def test_every_executor_pool_is_a_scheduler_pool():
     assert ac.executor_config(FULL, FULL.executors[1], ENDPOINTS)["application"] == {"clusterId": "gpu-cluster", "pool": "gpu"}
 
 
+def _seconds(duration: str) -> float:
+    value, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", duration).groups()
+    return float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def test_the_scheduler_sees_a_new_executor_within_one_lease_interval():
+    """Issue 19 defect 2: v0.22.7 rejects a job its submit check's executor snapshot cannot place
+    (internal/scheduler/submitcheck.go: SubmitChecker.Run refreshes the snapshot every
+    `scheduling.executorUpdateFrequency`, config/scheduler/config.yaml 60s), so on a fresh install
+    the builds submitted seconds after the executor's first report were REJECTED for a minute. The
+    snapshot is now refreshed as often as an executor reports (executor `task.
+    allocateSpareClusterCapacityInterval`, its lease request: internal/scheduler/api.go StoreExecutor)."""
+    assert default_value("scheduler", "scheduling.executorUpdateFrequency") == "60s"
+    frequency = specs()["scheduler"].config["scheduling"]["executorUpdateFrequency"]
+    assert frequency == ac.EXECUTOR_UPDATE_FREQUENCY
+    assert 0 < _seconds(frequency) <= _seconds(default_value("executor", "task.allocateSpareClusterCapacityInterval"))
+    # Still a setting of the stack's: `armada.scheduler.extra` wins, as for every generated key.
+    override = ArmadaConfig.model_validate({"scheduler": {"extra": {"scheduling": {"executorUpdateFrequency": "30s"}}}})
+    assert specs(override)["scheduler"].config["scheduling"]["executorUpdateFrequency"] == "30s"
+
+
 def test_ports_in_the_configs_are_the_ports_the_pods_expose():
     s = specs()
     assert (s["server"].config["grpcPort"], s["server"].config["httpPort"], s["server"].config["metricsPort"]) == tuple(

@@ -393,6 +393,60 @@ def job_id_from(seconds: float) -> str:
     return "".join(fake_armada.CROCKFORD[(millis >> shift) & 31] for shift in range(45, -5, -5)) + "0" * 16
 
 
+# --- issue 19 defect 2: a job rejected before the scheduler's snapshot shows the executor ---------------
+
+
+def test_a_job_rejected_before_any_executor_reported_is_submitted_again_and_builds(registry, tmp_path, logged):
+    """A fresh install: the executor reports just after the scheduler started, so until the
+    snapshot's next refresh (executorUpdateFrequency) every pool is empty and the build's job is
+    REJECTED (tests/fake_armada.py SubmitCheck, v0.22.7 submitcheck.go). The provider submits
+    again, as the next attempt, until a job is accepted, within the build's timeout."""
+    context = make_context(tmp_path / "cart", extra="// fresh install\n")
+    push = lambda item: push_image(registry, tmp_path, "shop/cart", item["labels"]["cloudstation.io/content-tag"])  # noqa: E731
+    with armada_with(succeeding(push)) as armada:
+        check = armada.submit_check = fake_armada.SubmitCheck(update_frequency=0.5)
+        check.report("default")
+        props = props_for(context, registry.url, basic(registry), armada.url, pollSeconds=0.2)
+        result = EntityBuildProvider().create(props)
+        client_ids = [b["jobRequestItems"][0]["clientId"] for b in sent(armada, "/v1/job/submit")]
+        states = [armada.jobs[j].state for j in armada.jobs]
+    assert len(client_ids) >= 2 and client_ids == [entity_build.client_id(props, n) for n in range(1, len(client_ids) + 1)]
+    assert states == ["REJECTED"] * (len(states) - 1) + ["SUCCEEDED"]
+    assert result.outs["jobId"] == list(armada.jobs)[-1]
+    assert result.outs["digest"] == registry.digest_of("shop/cart", props["contentTag"])
+    assert any("rejected: no executor had reported a node to Armada's scheduler yet" in m for m in logged)
+
+
+def test_a_rejection_for_another_reason_fails_at_once_with_armadas_text(registry, tmp_path, logged):
+    """Nodes reported, none big enough: that is no wait for an executor, the build fails with the
+    scheduler's reason, after one submission."""
+    context = make_context(tmp_path / "cart", extra="// too big\n")
+    with armada_with() as armada:
+        check = armada.submit_check = fake_armada.SubmitCheck()
+        check.report("default", allocatable={"cpu": "500m", "memory": "512Mi"}, at=check.started)
+        props = props_for(context, registry.url, basic(registry), armada.url, pollSeconds=0.05)
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        (job_id,) = armada.jobs
+    assert len(sent(armada, "/v1/job/submit")) == 1
+    assert f"Armada job {job_id} REJECTED" in str(error.value)
+    assert "Number of nodes in cluster: 1\nExcluded nodes:\n 1: insufficient resources available" in str(error.value)
+
+
+def test_no_executor_within_the_timeout_fails_with_the_rejection_and_what_to_check(registry, tmp_path, logged):
+    context = make_context(tmp_path / "cart", extra="// no executor\n")
+    with armada_with() as armada:
+        armada.submit_check = fake_armada.SubmitCheck(update_frequency=0.2)  # nothing ever reports
+        props = props_for(context, registry.url, basic(registry), armada.url, timeoutSeconds=1, pollSeconds=0.2)
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        submissions = len(sent(armada, "/v1/job/submit"))
+    assert 2 <= submissions <= 6
+    assert "REJECTED" in str(error.value) and "Number of nodes in cluster: 0" in str(error.value)
+    assert "no executor reported a node to Armada's scheduler within 1 s" in str(error.value)
+    assert "kubectl -n <armada namespace> get pods" in str(error.value)
+
+
 # --- G: the fetch container's failure reaches pulumi up --------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from cloudstation_tools import checks
 from components import build_context, entity_image
 from tests import armada_swagger
 from tests.conftest import ROOT
-from tests.fake_armada import JOB_ID, FakeArmada, Job
+from tests.fake_armada import JOB_ID, FakeArmada, Job, SubmitCheck
 from tests.fake_executor import (
     CONTEXT_ANNOTATION, ENTITY_LABEL, IMAGE_ANNOTATION, PROJECT_LABEL, TAG_LABEL, FakeExecutor, context_problems,
     FakeBinoculars, build_cluster, termination_tail, upload_blob,
@@ -225,6 +225,48 @@ def test_status_errors_and_events_follow_the_job(armada):
     # fromMessageId: only what came after it; ids order as Armada's Time:Seq:SubSeq:last.
     _, later = events(armada, {"fromMessageId": chunks[3]["result"]["id"]})
     assert [list(c["result"]["message"]) for c in later] == [["running"], ["failed"]]
+
+
+# The scheduler's rejection messages, as Go prints them: the output of internal/scheduler/submitcheck.go
+# getSchedulingResult's formatting with context/pod.go PodSchedulingContext.String()'s text/tabwriter
+# (NewWriter(&sb, 1, 1, 1, ' ', 0)) for one pool, run with go1.24 (issue 19 defect 2).
+EMPTY_POOL = ("pool default:\nNode:                       none\nNumber of nodes in cluster: 0\n"
+              "Excluded nodes:             none\n\n---\n")
+TOO_SMALL = ("pool default:\nNode:                       none\nNumber of nodes in cluster: 1\n"
+             "Excluded nodes:\n 1: insufficient resources available\n\n---\n")
+
+
+def test_the_submit_check_rejects_what_the_executor_snapshot_cannot_take(armada):
+    """v0.22.7 submitcheck.go: jobs are checked against the executors' nodes as of the scheduler's
+    last snapshot (at start, then every executorUpdateFrequency); on a fresh install the executor
+    reports after the start, so until the next refresh every job is REJECTED for an empty pool."""
+    check = armada.submit_check = SubmitCheck(update_frequency=0.5)
+    check.report("default")  # the executor's first lease request, just after the scheduler started
+    rejected = submit(armada, item()).json()["jobResponseItems"][0]["jobId"]
+    assert armada.state(rejected) == "REJECTED"
+    assert post(armada, "/v1/job/errors", {"jobIds": [rejected]}).json() == {"jobErrors": {rejected: EMPTY_POOL}}
+    _, chunks = events(armada)
+    assert [list(c["result"]["message"]) for c in chunks] == [["submitted"], ["queued"], ["failed"]]
+    assert_wire("/v1/job-set/{queue}/{id}", chunks[-1]["result"])
+    failed = chunks[-1]["result"]["message"]["failed"]
+    assert failed["reason"] == EMPTY_POOL and armada_swagger.CAUSES[failed["cause"]] == "Rejected"
+    assert (failed["failureCategory"], failed["failureSubcategory"]) == ("internal", "job-rejected")
+    time.sleep(0.5)  # the next refresh sees the executor's node
+    accepted = submit(armada, item()).json()["jobResponseItems"][0]["jobId"]
+    assert armada.state(accepted) == "QUEUED"
+    big = {"cpu": "16", "memory": "1Gi"}
+    too_big = submit(armada, item(pod_spec(resources={"requests": big, "limits": big}))).json()["jobResponseItems"][0]
+    assert armada.state(too_big["jobId"]) == "REJECTED" and armada.jobs[too_big["jobId"]].error == TOO_SMALL
+    assert check.reason(pod_spec(), now=check.started) == EMPTY_POOL  # as of the start: nothing reported
+
+
+def test_the_submit_check_lists_every_pool_in_the_schedulers_order():
+    check = SubmitCheck(pools=["default", "gpu"])
+    check.report("gpu", allocatable={"cpu": "1", "memory": "1Gi"}, at=check.started)
+    big = {"cpu": "2", "memory": "1Gi"}
+    assert check.reason(pod_spec(resources={"requests": big, "limits": big})) == (
+        EMPTY_POOL + TOO_SMALL.replace("pool default:", "pool gpu:"))
+    assert check.reason(pod_spec()) is None
 
 
 def test_the_job_set_stream_watches_and_reports_errors_as_a_stream_chunk(armada):

@@ -54,6 +54,17 @@ BINOCULARS = "armada-binoculars"
 UPSTREAM_SUBMISSION_CLASSES = ("armada-default", "armada-preemptible", "armada-resilient")
 """`submission.allowedPriorityClassNames` of the default server config."""
 
+EXECUTOR_UPDATE_FREQUENCY = "5s"
+"""The scheduler's `scheduling.executorUpdateFrequency` (default 60s): how often its submit check
+re-reads the executors' nodes (v0.22.7 internal/scheduler/submitcheck.go `SubmitChecker.Run`). A job
+checked against a snapshot with no node in any pool is REJECTED, terminally (scheduler.go
+`submitCheck`), so with 60s every build submitted in the first minute after the executor's first
+report failed on a fresh install (issue 19 defect 2). 5s is the executors' own reporting interval
+(executor `task.allocateSpareClusterCapacityInterval`; each lease request stores its nodes:
+internal/scheduler/api.go `StoreExecutor`); a refresh reads the executors table and rebuilds one
+node index per pool, little for the clusters this program sizes (upstream's _local/compose/full.yaml
+runs 1s). The build provider also resubmits a job rejected for that reason (components/entity_build.py)."""
+
 
 def executor_name(executor: ExecutorSettings) -> str:
     return f"armada-executor-{executor.name}"
@@ -306,6 +317,7 @@ def scheduler_config(config: ArmadaConfig, endpoints: Endpoints) -> dict:
             # G5: every executor's pool is one of these (checked in settings.py), the pools of
             # the executors on other clusters (armada.workers) included.
             "pools": [{"name": pool} for pool in config.scheduled_pools],
+            "executorUpdateFrequency": EXECUTOR_UPDATE_FREQUENCY,
             # The same numbers become the Kubernetes PriorityClasses (priority_classes.py).
             "priorityClasses": {
                 name: {"priority": pc.priority, "preemptible": pc.preemptible}

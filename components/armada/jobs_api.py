@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import urllib.parse
 from typing import Optional, Union
 
@@ -174,6 +175,21 @@ def job_id_time(job_id: str) -> Optional[float]:
     for char in job_id.lower()[:10]:
         milliseconds = milliseconds * 32 + _CROCKFORD.index(char)
     return milliseconds / 1000
+
+
+_POOL = re.compile(r"^pool (\S+):$", re.MULTILINE)
+_NO_NODES = re.compile(r"^Number of nodes in cluster:\s*0\s*$", re.MULTILINE)
+
+
+def rejected_for_no_nodes(reason: str) -> bool:
+    """Whether a REJECTED job's error says only that no node of any pool was known: the scheduler's
+    submit check writes, per pool, "pool <name>:" and the pod scheduling context, whose
+    "Number of nodes in cluster: N" is 0 for a pool no executor has reported yet (v0.22.7
+    internal/scheduler/submitcheck.go getSchedulingResult, scheduling/context/pod.go
+    PodSchedulingContext.String). A rejection naming any pool with nodes (the job fits none of
+    them), or another reason (invalid resources, a queue limit, a gang), is not this."""
+    blocks = _POOL.split(reason)[1:]  # name, body, name, body, ...
+    return bool(blocks) and all(_NO_NODES.search(body) for body in blocks[1::2])
 
 
 def failure_reason(events: list[dict], job_id: str) -> Optional[str]:
