@@ -185,8 +185,10 @@ def _crd(kind: str, plural: str, schema: dict, columns: list[dict], short_names:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
+            # No empty shortNames: the API server drops an empty list (omitempty), and the provider
+            # would then see a change on every preview (found by the end-to-end tier).
             "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List",
-                      "shortNames": short_names},
+                      **({"shortNames": short_names} if short_names else {})},
             "versions": [
                 {
                     "name": VERSION,

@@ -81,6 +81,13 @@ def test_crds_are_v1_structural_with_status_and_printer_columns(owner):
     assert store_columns["Type"] == ".spec.type"
 
 
+def test_crd_names_hold_no_empty_short_names(owner):
+    """The API server drops an empty `shortNames` (omitempty), so the provider saw a change on every
+    preview after the first `pulumi up` (found by the end-to-end tier, e2e/test_scenario.py step 2)."""
+    for crd in objects(owner, "CustomResourceDefinition"):
+        assert crd["spec"]["names"].get("shortNames", ["x"]), crd["metadata"]["name"]
+
+
 def test_structural_check_catches_an_untyped_node():
     assert structural_problems({"type": "object", "properties": {"spec": {"properties": {}}}}) == [".spec"]
 
