@@ -5,7 +5,7 @@ on the resources the Pulumi engine passes it; each returns a list of problems
 (empty when fine), so a failure names every offending object at once.
 
 This module imports only the standard library, PyYAML, infra/image_refs.py, infra/public_egress.py,
-infra/address_blocks.py and infra/credentials.py: the policy pack runs it in its own virtualenv
+infra/address_blocks.py, infra/credentials.py and infra/quantities.py: the policy pack runs it in its own virtualenv
 (policy/requirements.txt), without the program's dependencies.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 
 import yaml
 
-from infra import address_blocks, public_egress
+from infra import address_blocks, public_egress, quantities
 from infra.credentials import CREDENTIAL_VALUE, LOOKS_LIKE, is_credential_name, plain_credentials
 from infra.image_refs import DIGEST_REF
 
@@ -265,6 +265,8 @@ def _handlers(container: dict) -> Iterator[tuple[str, dict]]:
 
 
 def resource_violations(name: str, spec: dict) -> list[str]:
+    """Every container has cpu and memory requests and limits, each request at most its limit (the
+    API server refuses a larger one at apply: ValidateResourceRequirements)."""
     problems = []
     for container in containers(spec):
         resources = container.get("resources", {})
@@ -272,6 +274,13 @@ def resource_violations(name: str, spec: dict) -> list[str]:
             for resource in ("cpu", "memory"):
                 if resource not in resources.get(section, {}):
                     problems.append(f"{name} container {container['name']}: no {resource} {section[:-1]}")
+        for resource in ("cpu", "memory"):
+            request = (resources.get("requests") or {}).get(resource)
+            limit = (resources.get("limits") or {}).get(resource)
+            asked, allowed = quantities.parse(request), quantities.parse(limit)
+            if asked is not None and allowed is not None and asked > allowed:
+                problems.append(f"{name} container {container['name']}: {resource} request {request} is more than its "
+                                f"limit {limit} (the API server refuses it)")
     return problems
 
 

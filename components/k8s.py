@@ -9,9 +9,10 @@ import math
 import re
 from typing import Annotated, Optional
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, model_validator
 
-from components.model import ConfigModel, problem
+from components.model import ConfigModel, problem, problems
+from infra import quantities
 
 PART_OF = "cloudstation"
 
@@ -87,6 +88,22 @@ class Resources(ConfigModel):
     """CPU the container is throttled at."""
     memory_limit: MemoryQuantity = "512Mi"
     """Memory at which the container is killed (OOMKilled) and restarted."""
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> "Resources":
+        # The API server refuses such a container at apply (ValidateResourceRequirements: "must be
+        # less than or equal to ... limit"), long after render and the schemas passed it.
+        found = [
+            problem(f"more than {limit_key} {limit!r}: the API server refuses a container whose request exceeds its "
+                    "limit; lower the request or raise the limit", "." + request_key, request)
+            for request_key, request, limit_key, limit in (
+                ("cpuRequest", self.cpu_request, "cpuLimit", self.cpu_limit),
+                ("memoryRequest", self.memory_request, "memoryLimit", self.memory_limit))
+            if quantities.parse(request) > quantities.parse(limit)
+        ]
+        if found:
+            raise problems(found)
+        return self
 
     def spec(self) -> dict:
         return {

@@ -63,13 +63,15 @@ def unique_names(items: list, what: str) -> list:
 
 
 def check_mode_keys(
-    model: BaseModel, mode: str, only: Mapping[str, Iterable[str]], required: Mapping[str, Mapping[str, str]]
+    model: BaseModel, mode: str, only: Mapping[str, Iterable[str]], required: Mapping[str, Mapping[str, str]],
+    more: Iterable[PydanticCustomError] = (),
 ) -> None:
     """Keys of a settings model that depend on its `mode`.
 
     `only` maps each mode to the fields only that mode accepts (fields listed nowhere apply to every
     mode): a field the chosen mode would ignore is a mistake in the stack file, not something to drop.
-    `required` maps a mode to {field: what it is} for fields that mode needs.
+    `required` maps a mode to {field: what it is} for fields that mode needs. `more`: the model's
+    other problems, reported with these at once.
     """
     found = []
     for field in sorted(model.model_fields_set):
@@ -81,6 +83,7 @@ def check_mode_keys(
     for field, what in required.get(mode, {}).items():
         if getattr(model, field) is None:
             found.append(problem(f"required when mode is '{mode}': {what}", "." + to_camel(field), None))
+    found += list(more)
     if found:
         raise problems(found)
 

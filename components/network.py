@@ -25,7 +25,7 @@ from typing import Annotated, Any, Mapping, Optional, Sequence
 from pydantic import AfterValidator, BeforeValidator, Field, IPvAnyNetwork, model_validator
 
 from components.k8s import metadata
-from components.model import ConfigModel, DnsLabel, problem
+from components.model import ConfigModel, DnsLabel, problem, problems
 from infra import address_blocks
 
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
@@ -173,21 +173,30 @@ def url_host(url: Optional[str]) -> str:
     return match["host"] if match else ""
 
 
-def check_server_addresses(hosts: Sequence[str], cidrs: Sequence[Any], allow_any_address: bool) -> None:
+def server_address_problems(hosts: Sequence[str], cidrs: Sequence[Any], allow_any_address: bool) -> list:
     """For a settings model validator of an external server: a host outside the cluster needs
-    its CIDRs (or the named opt-in), since its clients' egress rules name addresses, not hosts."""
+    its CIDRs (or the named opt-in), since its clients' egress rules name addresses, not hosts.
+    A list, so a model reports these with its other problems at once (components/model.py)."""
     outside = [h for host in hosts if host for h in outside_hosts(host)]
     if allow_any_address and cidrs:
-        raise problem("allowAnyAddress: true already allows every address; remove cidrs", ".cidrs",
-                      [str(c) for c in cidrs])
+        return [problem("allowAnyAddress: true already allows every address; remove cidrs", ".cidrs",
+                        [str(c) for c in cidrs])]
     if outside and not cidrs and not allow_any_address:
-        raise problem(
+        return [problem(
             f"required for a server outside the cluster ({', '.join(outside)}): its addresses as CIDRs, "
             "e.g. [10.20.30.0/24]; its clients' NetworkPolicies allow only these "
             "(or set allowAnyAddress: true to allow any address on its port)",
             ".cidrs",
             [],
-        )
+        )]
+    return []
+
+
+def check_server_addresses(hosts: Sequence[str], cidrs: Sequence[Any], allow_any_address: bool) -> None:
+    """`server_address_problems`, raised."""
+    found = server_address_problems(hosts, cidrs, allow_any_address)
+    if found:
+        raise problems(found)
 
 
 def ip_blocks(cidrs: Sequence[Any]) -> list[dict]:

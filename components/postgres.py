@@ -95,9 +95,9 @@ class PostgresSettings(ConfigModel):
                 "host": "the server's host name",
                 "credentials_secret": "an existing Secret with keys username and password: {namespace: <ns>, name: <secret>}",
             }},
+            more=network.server_address_problems([self.host], self.cidrs, self.allow_any_address)
+            if self.mode == "external" else (),
         )
-        if self.mode == "external":
-            network.check_server_addresses([self.host], self.cidrs, self.allow_any_address)
         return self
 
 

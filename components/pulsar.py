@@ -93,10 +93,10 @@ class PulsarSettings(ConfigModel):
             only={"managed": ("resources", "heap", "direct_memory", "storage"),
                   "external": ("url", "admin_url", "cidrs", "allow_any_address")},
             required={"external": {"url": "the Pulsar cluster to use", "admin_url": "its admin (web service) URL"}},
+            more=network.server_address_problems([network.url_host(self.url), network.url_host(self.admin_url)],
+                                                 self.cidrs, self.allow_any_address)
+            if self.mode == "external" else (),
         )
-        if self.mode == "external":
-            hosts = [network.url_host(self.url), network.url_host(self.admin_url)]
-            network.check_server_addresses(hosts, self.cidrs, self.allow_any_address)
         if self.mode == "managed":
             needed = mebibytes(self.heap) + mebibytes(self.direct_memory) + JVM_OVERHEAD_MIB
             if needed > mebibytes(self.resources.memory_limit):

@@ -73,9 +73,9 @@ class RedisSettings(ConfigModel):
             only={"managed": ("resources", "storage", "append_only"),
                   "external": ("host", "existing_secret", "password_key", "cidrs", "allow_any_address")},
             required={"external": {"host": "the Redis to use", "existing_secret": "the Secret with its password"}},
+            more=network.server_address_problems([self.host], self.cidrs, self.allow_any_address)
+            if self.mode == "external" else (),
         )
-        if self.mode == "external":
-            network.check_server_addresses([self.host], self.cidrs, self.allow_any_address)
         return self
 
 

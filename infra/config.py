@@ -30,6 +30,7 @@ from components.armada.settings import EXECUTOR_PASSWORD_KEY, ArmadaConfig
 from components.build_job import BuildSettings
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
+from components.k8s import CpuQuantity, MemoryQuantity
 from components.cloudstate_operator import CloudStateArgs
 from components.cloudstate_store import StoresConfig
 from components import network
@@ -85,6 +86,34 @@ def provider_key_problem(key: str) -> str:
                                   f"only {PROJECT}:kubernetes configures it")
     return (f"{key}: not read — this program deploys through its own Kubernetes provider, configured by "
             f"{PROJECT}:kubernetes; {fix} (and `pulumi config rm {key}`)")
+
+
+def near_namespace_problem(key: str) -> Optional[str]:
+    """A key whose namespace is a misspelling of ours (`cloudstaton:`, `CloudStation:`,
+    `cloudstation-prod:`) or of the provider's: no package reads it, so the engine passes it on and
+    nothing notices; the setting it was meant to be is silently absent (a missing
+    `cloudstation:kubernetes` deploys to the current kube context). Any other namespace belongs to
+    a package or to the user and stays allowed."""
+    namespace, _, name = key.partition(":")
+    near = difflib.get_close_matches(namespace.lower(), [PROJECT, PROVIDER_NAMESPACE], n=1, cutoff=0.8)
+    if not near:
+        return None
+    if near[0] == PROVIDER_NAMESPACE:
+        fix = PROVIDER_KEYS.get(name, f"only {PROJECT}:kubernetes configures the program's Kubernetes provider")
+        return (f"{key}: not read — no package reads the namespace '{namespace}' (did you mean "
+                f"'{PROVIDER_NAMESPACE}:{name}'? that is not read either: {fix})")
+    return (f"{key}: not read — no package reads the namespace '{namespace}', so the deployment would silently go "
+            f"without this setting (did you mean '{PROJECT}:{name}'?); rename the key in the stack file")
+
+
+def flat_key_problem(key: str, value: Any) -> str:
+    """`pulumi config set cloudstation:platform.registry.nodePort 32001` without `--path` stores one key
+    whose name holds the dots (pulumi/pulumi sdk/go/common/resource/config/key.go: the path is
+    parsed only with --path); the program never reads it."""
+    shown = value if isinstance(value, str) else json.dumps(value)
+    return (f"{key}: {_show(value)} — a flat key: `pulumi config set` without --path wrote one key whose name "
+            f"holds the path, which nothing reads; run `pulumi config rm '{key}'` and "
+            f"`pulumi config set --path '{key}' {shown}` (or write it nested in the stack file)")
 
 
 def plain_secret_problem(key: str) -> str:
@@ -274,6 +303,15 @@ class BuildsConfig(BuildSettings):
     `local`. Build pods run in the namespace `<platform namespace>-build`."""
 
 
+class ClusterBudget(ConfigModel):
+    """What the long-running pods of every stack deployed to one cluster may request together."""
+
+    cpu: CpuQuantity = "3"
+    """CPU the pods may request together."""
+    memory: MemoryQuantity = "6Gi"
+    """Memory the pods may request together."""
+
+
 class PlatformConfig(ConfigModel):
     """Cluster-level services shared by all projects of the stack."""
 
@@ -291,6 +329,12 @@ class PlatformConfig(ConfigModel):
     (`Pulumi.<stack>.yaml` beside this one) must list this stack's namespaces in
     `platform.cloudstate.extraWatchedNamespaces`, which is checked before anything is deployed
     (infra/cluster_sharing.py)."""
+    cluster_budget: ClusterBudget = ClusterBudget()
+    """What the long-running pods of every stack deployed to this cluster (this stack and those naming
+    it in `clusterOwnerStack`) may request together: the cluster's allocatable capacity you plan for,
+    after kube-system. `cloudstation check` sums every Deployment, StatefulSet, DaemonSet (once) and
+    entity pod of the rendered stacks and reports the excess. Only in the stack that owns the cluster
+    (ownsClusterResources: true); the default fits one node of 4 CPU and 8 GiB, e.g. kind on a laptop."""
     project_state: ProjectStateConfig = Field(default={}, validate_default=True)
     """CloudStation's own event-sourced Project entity, built and promoted like any entity."""
     armada: ArmadaConfig = ArmadaConfig()
@@ -363,6 +407,14 @@ class PlatformConfig(ConfigModel):
                 ".cloudstate.extraWatchedNamespaces",
                 self.cloudstate.extra_watched_namespaces,
             )
+        return self
+
+    @model_validator(mode="after")
+    def _budget_only_when_owner(self) -> "PlatformConfig":
+        if "cluster_budget" in self.model_fields_set and not self.owns_cluster_resources:
+            raise problem(f"the cluster's budget is a setting of the stack that owns it: set it in "
+                          f"Pulumi.{self.cluster_owner_stack}.yaml (clusterOwnerStack) and remove it here",
+                          ".clusterBudget", self.cluster_budget.model_dump(by_alias=True, mode="json"))
         return self
 
     @model_validator(mode="after")
@@ -663,6 +715,8 @@ def load(
             problems.append(provider_key_problem(key))
             continue
         if namespace != PROJECT:
+            if (near := near_namespace_problem(key)) is not None:
+                problems.append(near)
             continue
         if name in SECRET_KEYS:
             if secret_keys is not None and key not in secret_keys:
@@ -670,6 +724,8 @@ def load(
             continue
         if name in fields:
             data[name] = parse_value(value)
+        elif re.split(r"[.\[]", name, maxsplit=1)[0] in fields:
+            problems.append(flat_key_problem(key, parse_value(value)))
         else:
             problems.append(f"{key}: unknown key — {_allowed_keys(StackConfig, name, extra=sorted(SECRET_KEYS))}")
     environment = data.get("environment")

@@ -11,6 +11,7 @@ section (a project) would vanish. Config keys are `<namespace>:<name>` (or the o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -196,3 +197,52 @@ def read(path: Path) -> dict[str, Any]:
 def is_secure(value: Any) -> bool:
     """A `secure:` value (`pulumi config set --secret`): an encrypted string, decrypted by the engine."""
     return isinstance(value, dict) and set(value) == {"secure"} and isinstance(value["secure"], str)
+
+
+_SEGMENT = re.compile(r"\[(\d+|\*)\]|\.?([^.\[\]]+)")
+
+
+class KeyLines:
+    """Where a config key path is written in a stack file: the line of the key (or list item) a
+    problem names, e.g. `cloudstation:projects[0].entities[1].kind`, `cloudstation:platform.registry
+    (registryPassword)` or a flat key written with dots. A path that goes deeper than the file (a
+    missing key, a default) answers the line of the deepest part that is written; `[*]` stops there.
+    Built once per file from the same node tree the CLI's reading uses (`compose`)."""
+
+    def __init__(self, text: str, source: str = "stack file"):
+        self.top: dict[str, tuple[Node, Node]] = {}
+        try:
+            root = compose(text, source)
+        except ConfigError:
+            return  # a file that does not parse has its own problem, with its line
+        config = next((v for k, v in (root.value if isinstance(root, MappingNode) else [])
+                       if isinstance(k, ScalarNode) and k.value == "config"), None)
+        for key, value in config.value if isinstance(config, MappingNode) else []:
+            if isinstance(key, ScalarNode):
+                parts = key.value.split(":")
+                full = f"{parts[0]}:{parts[2]}" if len(parts) == 3 and parts[1] == "config" else key.value
+                self.top.setdefault(full, (key, value))
+
+    def line(self, key: str) -> Optional[int]:
+        """1-based line of `key`, or None when nothing of it is written in the file."""
+        key = key.split(" (", 1)[0]
+        written = max((k for k in self.top if key == k or key.startswith((k + ".", k + "["))), key=len, default=None)
+        if written is None:
+            return None
+        key_node, node = self.top[written]
+        found = key_node.start_mark.line + 1
+        for index, name in _SEGMENT.findall(key[len(written):]):
+            if index == "*":
+                break
+            if index:
+                if not isinstance(node, SequenceNode) or int(index) >= len(node.value):
+                    break
+                node = node.value[int(index)]
+                found = node.start_mark.line + 1
+                continue
+            member = next(((k, v) for k, v in node.value if isinstance(k, ScalarNode) and k.value == name), None) \
+                if isinstance(node, MappingNode) else None
+            if member is None:
+                break
+            found, node = member[0].start_mark.line + 1, member[1]
+        return found

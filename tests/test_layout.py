@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # public-egress rule that the program, the checks and the policy pack share, infra/public_egress.py
 # (components/build_job.py, components/builds_namespace.py), when an address list is open,
 # infra/address_blocks.py (components/network.py), and which names and values are credentials,
-# infra/credentials.py (components/armada/settings.py); nothing else of the program.
+# infra/credentials.py (components/armada/settings.py), and what a resource quantity is worth,
+# infra/quantities.py (components/k8s.py); nothing else of the program.
 COMPONENTS_MAY_IMPORT = {"infra.versions", "infra.image_refs", "infra.public_egress", "infra.address_blocks",
-                         "infra.credentials"}
+                         "infra.credentials", "infra.quantities"}
 
 
 def _imports(path: Path, package: str, *, module_level_only: bool = False) -> set[str]:

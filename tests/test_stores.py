@@ -233,16 +233,18 @@ def test_external_postgres_without_host_or_secret_is_a_clear_error():
     [problem] = problems({"postgres": {"mode": "external", "credentialsSecret": {"namespace": "a", "name": "b"}}})
     assert problem == ("cloudstation:platform.stores.postgres.host: (not set) — "
                        "required when mode is 'external': the server's host name")
-    [problem] = problems({"cassandra": {"mode": "external", "host": "c"}})
+    # Everything the mode needs at once (issue 21: no rounds): the Secret, and the CIDRs of a host outside.
+    problem, cidrs = problems({"cassandra": {"mode": "external", "host": "c"}})
     assert problem.startswith("cloudstation:platform.stores.cassandra.credentialsSecret: (not set) — required when "
                               "mode is 'external': an existing Secret with keys username and password")
+    assert cidrs.startswith("cloudstation:platform.stores.cassandra.cidrs: [] — required for a server outside")
 
 
 def test_external_only_keys_are_rejected_in_managed_mode():
     [problem] = problems({"postgres": {"host": "db.example"}})
     assert problem == ("cloudstation:platform.stores.postgres.host: 'db.example' — "
                        "only allowed when mode is 'external'")
-    [problem] = problems({"cassandra": {"mode": "external", "host": "c", "replicas": 3,
+    [problem] = problems({"cassandra": {"mode": "external", "host": "c", "replicas": 3, "cidrs": ["10.20.1.0/24"],
                                         "credentialsSecret": {"namespace": "a", "name": "b"}}})
     assert problem == "cloudstation:platform.stores.cassandra.replicas: 3 — only allowed when mode is 'managed'"
 
