@@ -3,8 +3,9 @@ testpaths is tests/).
 
 `--tools` names e2e/build-tools.sh's output, `--kubernetes` the Kubernetes builds to run on (comma-
 separated tool names). Every test module runs once per Kubernetes version against one `platform`
-(e2e/platform.py), in file order: the scenario's steps build on each other, so a step whose
-prerequisite failed fails at once ("not run") instead of failing obscurely. The last line of the
+(e2e/platform.py), modules in name order (test_scenario.py, test_security.py, test_upgrades.py) and
+tests in file order: the scenario's steps build on each other, so a step whose prerequisite failed
+(`@pytest.mark.after(...)`, by function name) fails at once ("not run") instead of obscurely. The last line of the
 run is `e2e: N passed, M failed`; a per-step table of wall times comes before it.
 """
 from __future__ import annotations
@@ -73,10 +74,9 @@ def pytest_runtest_setup(item):
     if marker is None:
         return
     version = _param(item)
-    module = item.nodeid.split("::", 1)[0]
-    for needed in marker.args:
+    for needed in marker.args:  # a step of any module of the tier, on the same Kubernetes version
         outcome = next((o for node, o in _outcomes.items()
-                        if node.startswith(module) and _step_of(node) == needed and version in node), None)
+                        if _step_of(node) == needed and f"[{version}]" in node), None)
         if outcome != "passed":
             pytest.fail(f"not run: needs {needed} ({outcome or 'not run'})", pytrace=False)
 
