@@ -42,12 +42,14 @@ def copy_tree(source: Path, target: Path) -> None:
     """The files git would commit, as they are now (untracked included, ignored excluded)."""
     listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=source,
                             capture_output=True, check=True).stdout
+    # `.venv/` in .gitignore matches a directory only: a linked .venv would be listed.
+    listed = b"\0".join(name for name in listed.split(b"\0") if name and name != b".venv")
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-cf", "-", "--null", "-T", "-"], cwd=source, input=listed, check=True,
                    stdout=open(target / ".copy.tar", "wb"))
     subprocess.run(["tar", "-xf", ".copy.tar"], cwd=target, check=True)
     (target / ".copy.tar").unlink()
-    (target / ".venv").symlink_to(source / ".venv")
+    (target / ".venv").symlink_to((source / ".venv").resolve())
 
 
 @dataclass
