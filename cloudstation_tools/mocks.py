@@ -335,6 +335,18 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self._lock = threading.Lock()
 
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The engine's URN: the parent's whole qualified type chain, `$`-joined, before the type
+        (pulumi/pulumi sdk/go/common/resource/urn/urn.go `New`, called by pkg/resource/deploy
+        source_eval.go with `parent.QualifiedType()`), none for a child of the root stack. The SDK's
+        MockMonitor keeps only the parent's own type, so a nested component's children got URNs no
+        real deployment has (found by the end-to-end tier comparing a render with a real plan)."""
+        if parent:
+            parent_type = parent.split("::")[2]
+            if parent_type != "pulumi:pulumi:Stack":
+                type_ = f"{parent_type}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
     def RegisterResource(self, request):
         if request.type == "pulumi:pulumi:Stack":
             return super().RegisterResource(request)

@@ -71,3 +71,13 @@ def test_the_answer_leaves_out_exactly_the_echoed_inputs_outside_preview(preview
     else:
         assert all(a["answer"] == set() for a in objects), "Kubernetes objects: the mocks add nothing"
         assert all(a["answer"] and not a["answer"] & a["inputs"] for a in passwords)
+
+
+def test_urns_carry_the_whole_parent_type_chain_as_the_engine_builds_them(rendered_stacks):
+    """pulumi/pulumi sdk/go/common/resource/urn/urn.go `New`: the parent's qualified type (its whole
+    `$`-joined chain, none for the root stack) before the type. The SDK's MockMonitor keeps only the
+    parent's own type; the real engine's URN of this StatefulSet (seen in the end-to-end tier) is:"""
+    urns = {r.urn for r in rendered_stacks["test"].registrations}
+    assert ("urn:pulumi:test::cloudstation::cloudstation:cloudstate:ProjectEnvironment$cloudstation:cloudstate:Store"
+            "$cloudstation:stores:Postgres$kubernetes:apps/v1:StatefulSet::project-state-postgres-statefulset") in urns
+    assert "urn:pulumi:test::cloudstation::pulumi:providers:kubernetes::kubernetes" in urns
