@@ -58,6 +58,7 @@ class Result:
     returncode: int
     output: str
     seconds: float
+    stdout: str = ""
 
     def check(self) -> "Result":
         assert self.returncode == 0, f"`{' '.join(self.args)}` exited {self.returncode}:\n{self.tail()}"
@@ -154,7 +155,7 @@ class Platform:
         started = time.monotonic()
         done = subprocess.run(list(args), cwd=self.repo, env={**self.env, **(env or {})}, capture_output=True,
                               text=True, timeout=timeout)
-        result = Result(list(args), done.returncode, done.stdout + done.stderr, time.monotonic() - started)
+        result = Result(list(args), done.returncode, done.stdout + done.stderr, time.monotonic() - started, done.stdout)
         self.log.append(result)
         with (self.work / "commands.log").open("a") as log:
             log.write(f"$ {' '.join(args)}  # exit {done.returncode}, {result.seconds:.1f} s\n{result.output}\n")
@@ -186,11 +187,12 @@ class Platform:
                     os.killpg(process.pid, signal.SIGTERM)
                 process.wait(timeout=10)
 
-    def preview_steps(self, stack: str) -> dict[str, str]:
-        """`pulumi preview --json`: URN -> op (create, update, replace, same, delete, ...)."""
+    def preview_steps(self, stack: str) -> dict[str, dict]:
+        """`pulumi preview --json`: URN -> the engine's step (op: same, update, replace,
+        create-replacement, delete-replaced, create, delete, ...; diffReasons, replaceReasons)."""
         result = self.pulumi("preview", "--stack", stack, "--json").check()
-        document = json.loads(result.output[result.output.index("{"):])
-        return {step["urn"]: step["op"] for step in document.get("steps", [])}
+        document = json.loads(result.stdout)
+        return {step["urn"]: step for step in document.get("steps", [])}
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:

@@ -19,6 +19,13 @@ def images_of(service: dict) -> list[str]:
     return [c["image"] for c in service["spec"].get("containers", [])]
 
 
+def deployed_urns(platform: Platform, stack: str) -> set[str]:
+    """URNs in the engine's state, but the stack itself and the default providers the engine adds."""
+    exported = json.loads(platform.pulumi("stack", "export", "--stack", stack).check().stdout)
+    return {r["urn"] for r in exported["deployment"].get("resources", [])
+            if r["type"] != "pulumi:pulumi:Stack" and not r["urn"].split("::")[-1].startswith("default")}
+
+
 def test_1_preview_and_up_test(platform: Platform):
     """The README's deploy path from an empty state backend: preview, then scripts/up.sh test."""
     platform.pulumi("stack", "init", "test").check()
@@ -27,6 +34,10 @@ def test_1_preview_and_up_test(platform: Platform):
     platform.run("bash", "scripts/up.sh", "test").check()
     assert not platform.registry.errors, platform.registry.errors
     assert platform.registry.served, "no registry pod was ever served"
+    # The offline render (up.sh wrote it first, under mocks) names exactly what the engine deployed:
+    # the model of URNs the offline tools (render, diff, docs) rely on.
+    rendered = {r["urn"] for r in json.loads((platform.repo / ".cloudstation/rendered/test/resources.json").read_text())}
+    assert rendered and rendered == deployed_urns(platform, "test")
 
 
 @pytest.mark.after("test_1_preview_and_up_test")
@@ -75,7 +86,7 @@ def test_3_promote_and_up_prod(platform: Platform):
 def kept_objects(platform: Platform, stack: str) -> dict[str, str]:
     """`kind namespace/name` -> uid of every object `stack` keeps on delete (retainOnDelete), from
     the engine's own state (`pulumi stack export`)."""
-    exported = json.loads(platform.pulumi("stack", "export", "--stack", stack).check().output)
+    exported = json.loads(platform.pulumi("stack", "export", "--stack", stack).check().stdout)
     kept = {}
     for resource in exported["deployment"].get("resources", []):
         if resource.get("retainOnDelete") and resource["type"].startswith("kubernetes:") and resource.get("id"):
