@@ -1,5 +1,7 @@
 """Command line: `cloudstation <command>` (pip install -e .), or `python -m infra <command>`.
 
+    check [--stack STACK]             every problem of the stack files, with file, line and fix (run it first)
+    diff --stack STACK [--against R] what `pulumi up` would create, update, replace, delete, and why
     render --stack STACK --out DIR    write what STACK would deploy (no CLI, cluster or Docker)
     port-forwards --stack STACK       the port-forwards `pulumi up` of STACK needs (scripts/up.sh)
     preflight --stack STACK           check tools, cluster and Docker before deploying (scripts/up.sh)
@@ -87,9 +89,45 @@ def port_forwards(config) -> list[str]:
 def _port_forwards(args: argparse.Namespace) -> int:
     from cloudstation_tools.render import validate_config
 
-    for line in port_forwards(validate_config(args.stack)):
+    # Images do not matter here: a prod stack before its promotion needs (and has) no port-forward either.
+    for line in port_forwards(validate_config(args.stack, require_images=False)):
         print(line)
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    import time
+
+    from cloudstation_tools import check
+
+    started = time.perf_counter()
+    report = check.run(Path(args.root), args.stack, args.against)
+    if report.could_not_run and args.format == "text":
+        print(f"error: {report.could_not_run}", file=sys.stderr)
+    else:
+        print(check.FORMATS[args.format](report, time.perf_counter() - started), end="")
+    return report.exit_code
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from cloudstation_tools import baseline, diff, engine
+    from cloudstation_tools.check.stacks import reviewed
+
+    root = Path(args.root)
+    try:
+        base = baseline.resolve(root, args.stack, args.against)
+    except baseline.BaselineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if base is None:
+        print(f"error: nothing to compare with: no {baseline.DEPLOYED / args.stack} (scripts/up.sh writes it after a "
+              f"deployment) and {root} is not a git work tree; pass --against with a git ref or a render directory",
+              file=sys.stderr)
+        return 2
+    stack = reviewed(root, args.stack)
+    found = diff.steps(engine.Graph(base.resources), engine.Graph(stack.rendered.resources()))
+    print((diff.as_json if args.format == "json" else diff.as_text)(args.stack, base.described, found), end="")
+    return 1 if any(step.problems for step in found) else 0
 
 
 def _preflight(args: argparse.Namespace) -> int:
@@ -253,6 +291,12 @@ ENV_PIN = (
     "  PATH                         where skopeo is looked up; --authfile, else skopeo's defaults\n"
     "                               (REGISTRY_AUTH_FILE, ${XDG_RUNTIME_DIR}/containers/auth.json)"
 )
+ENV_CHECK = (
+    "\n\nbaseline (data left behind, diff):\n"
+    "  git                          on PATH, to render a git ref (--against REF, or HEAD by default)\n"
+    "policy pack (check):\n"
+    "  PULUMI_CONFIG, PULUMI_STACK  set while the pack's rules run, as the engine sets them, then restored"
+)
 ENV_TRIAL = (
     "\n\ntry-promotion sets its own PULUMI_BACKEND_URL, DOCKER_CONFIG and CLOUDSTATION_REGISTRY_* for\n"
     "the commands it runs, and finds registry (docker-registry) and skopeo on PATH."
@@ -266,6 +310,31 @@ def _epilog(*parts: str) -> dict:
 def parser(prog: str = "python -m infra") -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], **_epilog())
     commands = root.add_subparsers(dest="command", required=True)
+
+    project_dir = str(find_root())
+    check = commands.add_parser(
+        "check", help="check every stack file of the project (or one): config, stacks sharing a cluster, budget, "
+        "schemas, policy pack, data left behind; exit 0 clean, 1 problems, 2 could not run", **_epilog(ENV_CHECK))
+    check.add_argument("--stack", help="report only what concerns Pulumi.<stack>.yaml (the others are still read)")
+    check.add_argument("--format", choices=("text", "json", "github"), default="text",
+                       help="text (default), json (for tools), github (workflow annotations on the files)")
+    check.add_argument("--against", metavar="REF",
+                       help="what claims left behind are judged against: a git ref or a render directory (default: "
+                            "the last deployment from this checkout, .cloudstation/deployed/<stack>, else HEAD)")
+    check.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
+    check.set_defaults(run=_check)
+
+    difference = commands.add_parser(
+        "diff", help="what `pulumi up` of the working tree would create, update, replace or delete, and why (offline)",
+        **_epilog(ENV_CHECK))
+    difference.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    difference.add_argument("--against", metavar="REF",
+                            help="a git ref (HEAD, origin/main, ORIG_HEAD after a pull) or a render directory "
+                                 "(python -m infra render --out DIR); default: the last deployment from this checkout "
+                                 "(.cloudstation/deployed/<stack>), else HEAD")
+    difference.add_argument("--format", choices=("text", "json"), default="text")
+    difference.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
+    difference.set_defaults(run=_diff)
 
     render = commands.add_parser("render", help="render a stack's Kubernetes objects and resources offline", **_epilog())
     render.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
@@ -282,7 +351,6 @@ def parser(prog: str = "python -m infra") -> argparse.ArgumentParser:
     forwards.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     forwards.set_defaults(run=_port_forwards)
 
-    project_dir = str(find_root())
     checks = commands.add_parser(
         "preflight", help="check the tools, cluster and Docker engine STACK's deployment needs; print its kube context", **_epilog(ENV_PREFLIGHT))
     checks.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")

@@ -34,8 +34,9 @@ INSTALL = {
               "version {sdk} or newer (the SDK version in requirements.txt)",
     "kubectl": "install kubectl (https://kubernetes.io/docs/tasks/tools/), a version within one minor "
                "of the cluster's",
-    "docker": "install Docker (https://docs.docker.com/engine/install/); the test stack builds its entity "
-              "images with it (docs/registry.md, \"Entity images\")",
+    "docker": "install Docker (https://docs.docker.com/engine/install/), which builds the entity images with "
+              "platform.builds.mode: local; or build them in the cluster instead (builds.mode: armada, with this "
+              "stack's Armada and managed registry: docs/builds.md)",
 }
 KUBE_PROXY_CONFIGMAPS = ("kube-proxy", "kube-proxy-config")
 """kube-system ConfigMaps holding a KubeProxyConfiguration: kubeadm's (and kind's) `kube-proxy`, key
@@ -228,7 +229,7 @@ def check(
             _check_cluster(report, config, context, context_key, runner, env)
 
     if config is not None and builds_images(config):
-        _check_docker(report, env, which, runner)
+        _check_docker(report, env, which, runner, f"this stack builds entity images here: {config.platform.build_mode_why[2]}")
     return report
 
 
@@ -289,14 +290,15 @@ def _check_cluster(
         )
 
 
-def _check_docker(report: Report, env: Mapping[str, str], which: Callable[[str], Optional[str]], runner: Runner) -> None:
+def _check_docker(report: Report, env: Mapping[str, str], which: Callable[[str], Optional[str]], runner: Runner,
+                  why: str) -> None:
     if not which("docker"):
-        report.add("docker: not found on PATH (this stack builds entity images)", INSTALL["docker"])
+        report.add(f"docker: not found on PATH ({why})", INSTALL["docker"])
         return
     info = runner(["docker", "info", "--format", "{{.ServerVersion}}"])
     if not info.ok:
         report.add(
-            f"the Docker engine does not answer `docker info`: {info.reason()} (this stack builds entity images)",
+            f"the Docker engine does not answer `docker info`: {info.reason()} ({why})",
             "start Docker (`sudo systemctl start docker`, or Docker Desktop), or point DOCKER_HOST at a running engine",
         )
         return

@@ -88,11 +88,12 @@ class Rendered:
         return render_output.manifests_yaml(self.stack, render_output.objects(self.registrations), self.made_up, self.reads)
 
 
-def validate_config(stack: str, root: Path = ROOT) -> stack_config.StackConfig:
-    """Validate a stack file's config; raises ConfigError with every problem."""
+def validate_config(stack: str, root: Path = ROOT, require_images: bool = True) -> stack_config.StackConfig:
+    """Validate a stack file's config; raises ConfigError with every problem. `require_images=False`
+    reads a prod stack before (or between) promotions for its other settings."""
     stack_file = StackFile.read(stack, root)
     return stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml",
-                             secret_keys=stack_file.secret_keys)
+                             secret_keys=stack_file.secret_keys, require_images=require_images)
 
 
 def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None, mocks: ProgramMocks | None = None,

@@ -365,13 +365,31 @@ class PlatformConfig(ConfigModel):
     def build_mode(self) -> str:
         """The effective `builds.mode`: as set, else `armada` where this stack runs Armada and
         manages its build queues, else `local`."""
+        return self.build_mode_why[0]
+
+    @property
+    def build_mode_why(self) -> tuple[str, Optional[str], str]:
+        """(effective builds.mode, the key that chose it, why): a default `local` is said, not silent
+        (`cloudstation check`, preflight's Docker check)."""
         if self.builds.mode:
-            return self.builds.mode
+            return self.builds.mode, "builds.mode", f"platform.builds.mode: {self.builds.mode}"
         armada = self.armada
         # A worker stack (armada.mode: executor-only) has no server to submit builds to; a main
         # stack with workers could see its builds scheduled on a worker cluster (_armada_builds_need_armada).
-        runs_builds = armada.enabled and armada.mode == "full" and armada.queue_api.enabled and armada.project_queue.enabled
-        return "armada" if runs_builds and not armada.workers and self.registry.mode == "managed" else "local"
+        local = "platform.builds.mode: local, the default"
+        if not armada.enabled:
+            return "local", "armada.enabled", f"{local} without Armada (platform.armada.enabled: false)"
+        if armada.mode != "full":
+            return "local", "armada.mode", f"{local} in an Armada worker stack (platform.armada.mode: {armada.mode})"
+        if not armada.queue_api.enabled or not armada.project_queue.enabled:
+            key = "queueApi" if not armada.queue_api.enabled else "projectQueue"
+            return "local", f"armada.{key}.enabled", f"{local} when platform.armada.{key}.enabled is false"
+        if armada.workers:
+            return "local", "armada.workers", f"{local} in a stack with platform.armada.workers"
+        if self.registry.mode != "managed":
+            return ("local", "registry.mode", f"{local} with registry.mode: {self.registry.mode} (in-cluster builds "
+                    "push to this stack's managed registry)")
+        return "armada", None, "platform.builds.mode: armada, the default where the stack runs Armada"
 
     @property
     def builds_namespace(self) -> str:

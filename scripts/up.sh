@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set everything up and deploy a stack (`pulumi up`; STACK defaults to test) with a local state
-# backend (no Pulumi Cloud account). Before any slow work it checks, all at once, everything the
+# backend (no Pulumi Cloud account). First `python -m infra check --stack STACK`: every problem of the
+# stack files, with file, line and fix (cloudstation_tools/check/). Then, before any slow work, it
+# checks, all at once, everything the
 # deployment needs (`python -m infra preflight`, cloudstation_tools/preflight.py): the stack file, the Pulumi
 # CLI, kubectl, the cluster of the stack's kube context (reachable, Kubernetes 1.33 to 1.37,
 # kube-proxy mode) and, when the stack builds entity images, the Docker engine; each problem is
@@ -27,6 +29,13 @@ wanted="$(.venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(open(sy
 if [ "$(cat .venv/.requirements.sha256 2>/dev/null || true)" != "$wanted" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
   echo "$wanted" > .venv/.requirements.sha256
+fi
+
+# The stack files first: every problem with its file, line and fix; warnings and notices (data a
+# change leaves behind, a promotion to do) are printed and do not stop the deployment.
+if ! .venv/bin/python -m infra check --stack "$stack" >&2; then
+  echo "scripts/up.sh: \`python -m infra check --stack $stack\` found the errors above: nothing was deployed" >&2
+  exit 1
 fi
 
 # Every check, every problem listed together with its fix; prints the kube context.
@@ -59,3 +68,9 @@ if [ -n "$context" ]; then   # empty with kubernetes.renderYamlToDirectory: no c
 fi
 
 pulumi up --stack "$stack" --yes --non-interactive "$@"
+
+# What this checkout deployed: the baseline of `python -m infra diff` and of check's data-left-behind
+# warning (cloudstation_tools/baseline.py). Only after a successful `pulumi up` (set -e).
+rm -rf ".cloudstation/deployed/$stack"
+mkdir -p .cloudstation/deployed
+cp -R ".cloudstation/rendered/$stack" ".cloudstation/deployed/$stack"

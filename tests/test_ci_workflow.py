@@ -194,6 +194,22 @@ def test_the_pulumi_steps_use_the_pinned_cli_and_the_pack_config(workflow):
     assert all(not secrets_of(s) for s in steps[:install + 1])
 
 
+def test_cloudstation_check_runs_on_every_pull_request_before_the_tests(workflow):
+    """Issue 21: `cloudstation check` annotates each problem on its stack-file line; on a pull request it
+    judges the data a change leaves behind against the base branch, which the checkout must fetch."""
+    assert "pull_request" in workflow["on"]
+    steps = workflow["jobs"]["test"]["steps"]
+    [index] = [i for i, s in enumerate(steps) if "-m infra check" in s.get("run", "")]
+    step = steps[index]
+    assert "if" not in step and "--format github" in step["run"]
+    assert '--against "origin/$BASE_REF"' in step["run"] and step["env"] == {"BASE_REF": "${{ github.base_ref }}"}
+    tests = next(i for i, s in enumerate(steps) if s.get("run") == "bash scripts/test.sh")
+    install = next(i for i, s in enumerate(steps) if "pip install" in s.get("run", ""))
+    assert install < index < tests
+    [checkout] = [s for s in steps if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0
+
+
 # --- each check catches what it is for -----------------------------------------------------------
 
 OLD_STYLE = """

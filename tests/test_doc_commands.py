@@ -15,6 +15,7 @@ Also: the command line's own refusals (cloudstation_tools/cli.py) name a remedy 
 reference describes every key."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -47,6 +48,8 @@ OFFLINE_BLOCK = "offline block"
 RUN = "run here"
 CLASSIFIED = {
     # --- run here, in this order (the session below) ---
+    ".venv/bin/python -m infra check": RUN,
+    ".venv/bin/python -m infra check --stack prod --format json": RUN,
     ".venv/bin/python -m infra render --stack test --out rendered/test": RUN,
     "source scripts/env.sh": RUN,
     "python -m infra promote --from test --to prod --dry-run": RUN,
@@ -66,10 +69,13 @@ CLASSIFIED = {
     '.venv/bin/python - "rendered/$stack/resources.json"': OFFLINE_BLOCK,
     ".venv/bin/python -m infra render --stack test --out rendered/before/test": OFFLINE_BLOCK,
     ".venv/bin/python -m infra render --stack prod --out rendered/before/prod": OFFLINE_BLOCK,
-    ".venv/bin/python -m infra render --stack test --out rendered/after/test": OFFLINE_BLOCK,
-    ".venv/bin/python -m infra render --stack prod --out rendered/after/prod": OFFLINE_BLOCK,
-    '.venv/bin/python - "rendered/before/$stack" "rendered/after/$stack"': OFFLINE_BLOCK,
+    ".venv/bin/python -m infra check --against rendered/before": OFFLINE_BLOCK,
+    ".venv/bin/python -m infra diff --stack test --against rendered/before": OFFLINE_BLOCK,
+    ".venv/bin/python -m infra diff --stack prod --against rendered/before": OFFLINE_BLOCK,
     # --- cannot run here ---
+    ".venv/bin/python -m infra diff --stack test": "compares with the last deployment from this checkout "
+                                                   "(.cloudstation/deployed/test) or git HEAD, which the session's "
+                                                   "copy has neither of; tests/test_diff_command.py runs it in a git copy",
     "bash scripts/up.sh test": UP,
     "bash scripts/up.sh prod": UP,
     "bash scripts/up.sh test --replace 'urn:pulumi:test::cloudstation::cloudstation:delivery:Registry$random:index/"
@@ -250,6 +256,11 @@ def test_documented_commands_run(session):
     keys = list(place.images)
     v1 = place.deploy_test({key: "v1" for key in keys})
 
+    # The first thing after an edit: every stack file clean; prod's first promotion is a notice (exit 0).
+    done = session.run(".venv/bin/python -m infra check")
+    assert "0 errors" in done.stdout and "was never promoted" in done.stdout
+    done = session.run(".venv/bin/python -m infra check --stack prod --format json")
+    assert json.loads(done.stdout)["exitCode"] == 0
     session.run(".venv/bin/python -m infra render --stack test --out rendered/test")
     assert (repo / "rendered" / "test" / "manifests.yaml").is_file()
     # Never promoted yet: reviewed as its first promotion would write it, the file untouched.

@@ -30,7 +30,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from infra import config as stack_config, versions
 from cloudstation_tools import checks, render
-from cloudstation_tools.mocks import is_wrapped_secret
+from cloudstation_tools.policy_offline import check_resource, check_stack, engine_props, options  # noqa: F401
 from policy import rules
 from tests import armada_variants
 from tests.conftest import ROOT
@@ -40,45 +40,7 @@ RESOURCE_POLICIES = [p for p in rules.POLICIES if not isinstance(p, StackValidat
 STACK_POLICIES = [p for p in rules.POLICIES if isinstance(p, StackValidationPolicy)]
 
 
-# --- calling policies the way the engine does ------------------------------------------------------
-
-
-def engine_props(value: Any) -> Any:
-    """Mock inputs as the engine passes them: secrets in plain text, unknowns as sentinels."""
-    if is_wrapped_secret(value):
-        return engine_props(value["value"])
-    if isinstance(value, dict):
-        return {k: engine_props(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [engine_props(v) for v in value]
-    if type(value).__name__ == "Unknown":
-        return UNKNOWN_STRING_VALUE
-    return value
-
-
-def options() -> PolicyResourceOptions:
-    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
-
-
-def check_resource(policy, type_: str, props: dict, config: Optional[dict] = None, name: str = "r") -> list[str]:
-    violations: list[str] = []
-    args = ResourceValidationArgs(type_, unknown_checking_proxy(engine_props(props)), f"urn:{type_}::{name}", name,
-                                  options(), None, config or {})
-    policy.validate(args, lambda message, urn=None: violations.append(message))
-    return violations
-
-
-def check_stack(policy, resources: list[tuple[str, dict]], config: Optional[dict] = None) -> list[str]:
-    violations: list[str] = []
-    policy_resources = [
-        PolicyResource(type_, unknown_checking_proxy(engine_props(props)), f"urn:{type_}::{i}", str(i), options(),
-                       None, None, [], {})
-        for i, (type_, props) in enumerate(resources)
-    ]
-    policy.validate(StackValidationArgs(policy_resources, config or {}),
-                    lambda message, urn=None: violations.append(message))
-    return violations
-
+# --- calling policies the way the engine does (cloudstation_tools/policy_offline.py, shared with `check`) ----------
 
 @pytest.fixture
 def engine_env(monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudstation_tools import cli
+from cloudstation_tools import cli, render
 from tests import promoted
 from tests.conftest import ROOT
 from tests.test_up_script import BASH, Sandbox
@@ -57,7 +57,7 @@ def offline_run(tmp_path_factory):
     for offline, body in bash_blocks(DOC):
         if not offline:
             continue
-        if "rendered/after" in body:
+        if "--against rendered/before" in body:
             stack_file = sandbox.repo / "Pulumi.test.yaml"
             document = yaml.safe_load(stack_file.read_text())
             platform = document["config"].setdefault("cloudstation:platform", {})
@@ -95,9 +95,12 @@ def _claim_templates(directory: Path) -> dict[str, list]:
 def test_the_upgrade_check_shows_the_replacement(offline_run):
     sandbox, outputs = offline_run
     report = outputs[-1]
+    checked, report = report.split("== test", 1)
+    assert "cloudstation check: 2 stack file(s)" in checked and " 0 errors" in checked, checked  # check runs first
     test_part, prod_part = report.split("== prod")
     before = _claim_templates(sandbox.repo / "rendered" / "before" / "test")
-    after = _claim_templates(sandbox.repo / "rendered" / "after" / "test")
+    after = {r.urn: r.inputs["spec"]["volumeClaimTemplates"] for r in render.render("test", sandbox.repo).registrations
+             if r.type == "kubernetes:apps/v1:StatefulSet"}  # the stack file as upgraded
     grown = [urn for urn in after if urn in before and after[urn] != before[urn]]
     assert grown, "the simulated upgrade changed no StatefulSet's volume"
     replaced = re.findall(r"^replace StatefulSet \S+ \((\S+)\)$", test_part, flags=re.M)
