@@ -296,3 +296,64 @@ def test_the_docs_name_check_as_the_first_thing_to_run_after_an_edit():
     assert "## Check a change" in operations
     steps = (ROOT / "entities" / "README.md").read_text(encoding="utf-8")
     assert "python -m infra check" in steps
+
+
+# --- the checks across stack files, on small graphs ---------------------------------------------------
+
+
+class _Rendered:
+    def __init__(self, objects: list[dict], reads: dict | None = None):
+        self.objects, self.reads = objects, reads or {}
+
+    def manifests(self) -> list[dict]:
+        return self.objects
+
+
+def _stack(name: str, objects: list[dict], **platform) -> "check.Stack":
+    from infra import config, stack_yaml
+    from tests.test_config import raw
+
+    platform = {"builds": {"publicEgress": {"enabled": True}}, **platform}
+    values = raw(platform=platform)
+    text = yaml.safe_dump({"config": {k: json.loads(v) if k != "cloudstation:environment" else v
+                                      for k, v in values.items()}}, sort_keys=False)
+    stack = check.Stack(name, f"Pulumi.{name}.yaml", stack_yaml.KeyLines(text), raw={}, config=config.load(values))
+    stack.raw = yaml.safe_load(text)["config"]
+    stack.rendered = _Rendered(objects)
+    return stack
+
+
+def _service(namespace: str, name: str, node_port: int) -> dict:
+    return {"kind": "Service", "metadata": {"namespace": namespace, "name": name},
+            "spec": {"type": "NodePort", "ports": [{"port": 5000, "nodePort": node_port}]}}
+
+
+def test_a_node_port_two_stacks_of_one_cluster_use_is_refused():
+    from cloudstation_tools.check import across
+
+    first = _stack("test", [_service("cloudstation", "registry", 32000)])
+    second = _stack("staging", [_service("staging", "registry", 32000)], namespace="staging",
+                    registry={"nodePort": 32000})
+    [finding] = across.collisions([first, second], "context:")
+    assert (finding.file, finding.key, finding.value, finding.line) == (
+        "Pulumi.staging.yaml", "cloudstation:platform.registry.nodePort", "32000",
+        second.lines.line("cloudstation:platform.registry.nodePort"))
+    assert "Service cloudstation/registry's in Pulumi.test.yaml" in finding.message
+    second.rendered = _Rendered([_service("staging", "registry", 32001)])
+    assert across.collisions([first, second], "context:") == []
+
+
+def test_which_stacks_share_a_cluster():
+    from cloudstation_tools.check import across
+
+    def kubernetes(stack, **settings):
+        stack.config = stack.config.model_copy(update={"kubernetes": stack.config.kubernetes.model_copy(update=settings)})
+
+    test = _stack("test", [])
+    other = _stack("other", [])
+    stacks = {"test": test, "other": other}
+    assert across.cluster_of(test, stacks) == across.cluster_of(other, stacks) == "context:"  # both: current context
+    kubernetes(other, context="kind-other")
+    assert across.cluster_of(other, stacks) == "context:kind-other" != across.cluster_of(test, stacks)
+    kubernetes(other, context=None, render_yaml_to_directory="rendered/other")
+    assert across.cluster_of(other, stacks) == "render:other"  # writes manifests: no cluster

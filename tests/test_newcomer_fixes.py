@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -44,7 +43,8 @@ def test_python_m_infra_works_after_env_sh(tmp_path):
     done = subprocess.run([BASH, "-c", "source scripts/env.sh && python -m infra port-forwards --stack test"],
                           cwd=sandbox.repo, env=sandbox.env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "svc" not in done.stdout or done.stdout.strip()  # it printed the forwards, not a traceback
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert lines and all(len(line) == 3 for line in lines), done.stdout  # `namespace service local:remote`
     assert "scripts/env.sh: PATH" in done.stderr  # says what it changed
     # And from any directory: the script finds the project's .venv by its own path.
     done = subprocess.run([BASH, "-c", f"cd / && source {sandbox.repo}/scripts/env.sh && command -v python"],
