@@ -130,8 +130,16 @@ def _prod_in_tests_namespace(root):
             "would be deployed by both Pulumi.prod.yaml and Pulumi.test.yaml")
 
 
+def _owner_namespace_typo(root):
+    def change(config):
+        config["cloudstation:platform"]["registry"]["ownerNamespace"] = "cloudstaton"
+    text = edit(root, "prod", change)
+    return ("prod", "cloudstation:platform.registry.ownerNamespace", line_of(text, "ownerNamespace: cloudstaton"),
+            "the stacks of this cluster create 'registry-auth' in cloudstation")
+
+
 @pytest.mark.parametrize("case", [_typo_namespace, _request_above_limit, _extra_secret, _flat_key, _owner_secret,
-                                  _prod_in_tests_namespace], ids=lambda c: c.__name__.strip("_"))
+                                  _owner_namespace_typo, _prod_in_tests_namespace], ids=lambda c: c.__name__.strip("_"))
 def test_each_mistake_is_one_clear_problem_with_file_and_line(project, case):
     stack, key, line, says = case(project)
     report = check.run(project)

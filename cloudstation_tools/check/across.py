@@ -199,14 +199,16 @@ def secret_reads(group: list[Stack], cluster: str) -> list[Finding]:
             if not type_.endswith(":Secret") or (namespace, name) in created:
                 continue
             key = _reader_key(stack, namespace, name)
-            if namespace not in namespaces:
+            shared_registry = key == f"{PROJECT}:platform.registry.ownerNamespace"  # never made by hand
+            if namespace not in namespaces and not shared_registry:
                 found.append(keyed(
                     NOTICE, stack.file, stack.lines, key, show(f"{namespace}/{name}"),
                     f"reads the Secret {namespace}/{name}, which no stack in this folder deploys: create it before "
                     f"`pulumi up` (kubectl -n {namespace} create secret generic {name} ...; docs/operations.md)",
                     "clusters"))
                 continue
-            owner = namespaces[namespace]
+            owner = namespaces.get(namespace)
+            whose = f"namespace '{namespace}' is {owner.file}'s" if owner else f"no stack creates namespace '{namespace}'"
             elsewhere = sorted(f"{ns}" for (ns, secret) in created if secret == name)
             hint = (f"; the stacks of this cluster create '{name}' in {', '.join(elsewhere)}: name that namespace"
                     if elsewhere else "")
@@ -214,8 +216,8 @@ def secret_reads(group: list[Stack], cluster: str) -> list[Finding]:
                 ERROR, stack.file, stack.lines, key,
                 show(stack.config.platform.registry.owner_namespace) if key.endswith("ownerNamespace") else show(namespace),
                 f"reads the Secret {namespace}/{name}, which no stack of its cluster ({describe(cluster)}) creates there "
-                f"(namespace '{namespace}' is {owner.file}'s): the deployment would wait for it and fail{hint}",
-                "clusters", related=tuple({owner.file} - {stack.file})))
+                f"({whose}): the deployment would wait for it and fail{hint}",
+                "clusters", related=tuple({owner.file} - {stack.file}) if owner else ()))
     return found
 
 
