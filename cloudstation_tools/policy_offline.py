@@ -24,6 +24,7 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
+from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from cloudstation_tools.mocks import is_wrapped_secret
@@ -92,6 +93,8 @@ class Violation:
     policy: str
     message: str
     urn: Optional[str] = None
+    applicable: bool = True
+    """False: the policy said it cannot judge this stack (`args.not_applicable`), and `message` says why."""
 
 
 def pack_config(project_directory: Path, path: Path = PACK_CONFIG) -> dict[str, dict]:
@@ -119,7 +122,10 @@ def run(registrations: Iterable, stack: str, values: Mapping[str, str], project_
             settings = config.get(policy.name) or {}
             if isinstance(policy, StackValidationPolicy):
                 resources = [(r.type, r.inputs) for r in registrations]
-                found += [Violation(policy.name, m) for m in check_stack(policy, resources, settings)]
+                try:
+                    found += [Violation(policy.name, m) for m in check_stack(policy, resources, settings)]
+                except _NotApplicableError as error:  # as the engine reports it: not a violation
+                    found.append(Violation(policy.name, error.message, applicable=False))
                 continue
             for r in registrations:
                 found += [Violation(policy.name, m, r.urn)

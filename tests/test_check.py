@@ -365,3 +365,27 @@ def test_which_stacks_share_a_cluster():
     assert across.cluster_of(other, stacks) == "context:kind-other" != across.cluster_of(test, stacks)
     kubernetes(other, context=None, render_yaml_to_directory="rendered/other")
     assert across.cluster_of(other, stacks) == "render:other"  # writes manifests: no cluster
+
+
+def test_the_rendered_graph_is_held_to_the_schemas_and_the_policy_pack(tmp_path):
+    """graph.py: what the program renders wrong is named with its object and rule (a schema error, a
+    container without limits), custom resources against the CRDs of their cluster."""
+    from cloudstation_tools.check import graph
+    from cloudstation_tools.mocks import Registration
+    from tests.test_policy import container, deployment
+
+    type_, bad = deployment(container(resources={"requests": {"cpu": "10m", "memory": "16Mi"}}))
+    bad["spec"]["replicas"] = "two"
+    registration = Registration("urn:pulumi:test::cloudstation::" + type_ + "::web", type_, "web", True, "", "", [], bad)
+    stack = _stack("test", [bad])
+    stack.rendered.registrations = [registration]
+    stack.values = render.StackFile({"cloudstation:environment": "test"}, [])
+    [schema] = graph.schemas(stack)
+    assert schema.check == "schemas" and "Deployment apps/web @ 1.33, 1.34, 1.35, 1.36, 1.37: spec.replicas" in schema.message
+    found = {(f.check, f.message.split(": ", 1)[1]) for f in graph.policy(stack, tmp_path)}
+    assert ("policy:container-resources", "no cpu limit (`pulumi preview --policy-pack policy` refuses it)") in found
+    custom = {"apiVersion": "cloudstate.io/v1alpha1", "kind": "StatefulService", "metadata": {"name": "s", "namespace": "n"}}
+    stack.rendered = _Rendered([custom])
+    assert "no CRD among the rendered objects" in graph.schemas(stack)[0].message
+    [notice] = graph.schemas(stack, crds_known=False)  # the owner did not render: said once, not per object
+    assert notice.severity == NOTICE
