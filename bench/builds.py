@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from cloudstation_tools import render as render_module  # noqa: E402
-from cloudstation_tools.mocks import _random_password  # noqa: E402
+from cloudstation_tools.mocks import kept_value  # noqa: E402
 from components import build_context  # noqa: E402
 from infra import builds, delivery  # noqa: E402
 from tests.builds_program import run  # noqa: E402
@@ -85,7 +85,7 @@ def main() -> None:
         copy = copy_repository(temp / "repo")
         names = generate(copy, args.entities)
         config = render_module.validate_config(STACK, copy)
-        password = _random_password("registry-password")({"length": 32})["result"]["value"]
+        password = kept_value("registry-auth-values", "password", 32)
         with RegistryServer(temp / "registry", username=config.platform.registry.username, password=password) as registry, \
                 CountingProxy(f"http://127.0.0.1:{registry.port}") as proxy, FakeArmada() as armada:
             with FakeExecutor(armada, registry, contexts(copy), registry_host=builds.registry_service_host(config),

@@ -6,8 +6,9 @@ but the mock does not return silently disappears from dependent inputs (referenc
 Values are deterministic, so two renders of the same config are byte-identical.
 
 Dynamic resources (`pulumi-python:dynamic...`) have no provider here either: an EntityBuild
-(components/entity_build.py) gets a made-up digest like every other mock image, so render stays
-offline and fast. With `ProgramMocks(dynamic=DynamicProviderHost(...))` (the tests' opt-in) they run
+(components/entity_build.py) gets a made-up digest like every other mock image, and a KeptSecret
+(components/kept_secret.py) made-up values as if its Secret did not exist, so render stays offline
+and fast. With `ProgramMocks(dynamic=DynamicProviderHost(...))` (the tests' opt-in) they run
 their real provider instead, as the engine and its dynamic-provider host would
 (`DynamicProviderHost`): the whole program then builds against whatever Armada and registry the
 stack config names (tests/test_builds_program.py: the fake Armada, the fake executor and a real
@@ -86,6 +87,37 @@ def _entity_build(inputs: dict) -> dict:
     return {"digest": digest, "ref": f"{inputs.get('pullHost', '')}/{repository}:{tag}@{digest}", "jobId": ""}
 
 
+KEPT_SECRET_TYPE = "pulumi-python:dynamic/secrets:KeptSecret"
+"""The values of a kept Secret (components/kept_secret.py)."""
+
+
+def is_kept_secret(typ: str) -> bool:
+    return typ == KEPT_SECRET_TYPE
+
+
+def _kept_secret(name: str) -> Callable[[dict], dict]:
+    """Made-up values of a KeptSecret, as if its Secret did not exist yet (the provider would read
+    it from the cluster): each key of `lengths` generated from the resource's name and the key, then
+    the htpasswd line; secret, as the engine returns them (additionalSecretOutputs)."""
+    from components.kept_secret import htpasswd
+
+    def outputs(inputs: dict) -> dict:
+        lengths = unwrap_secrets(inputs.get("lengths") or {})
+        values = {key: hashlib.sha256(f"kept:{name}:{key}".encode()).hexdigest()[:int(length)]
+                  for key, length in sorted(lengths.items())}
+        spec = unwrap_secrets(inputs.get("htpasswd"))
+        if spec:
+            values[spec["key"]] = htpasswd(spec["username"], "$2y$10$" + hashlib.sha256(f"bcrypt:{name}".encode()).hexdigest()[:53])
+        return {"values": as_secret(values)}
+
+    return outputs
+
+
+def kept_value(name: str, key: str, length: int) -> str:
+    """The value the mocks make up for `key` of KeptSecret `name` (e.g. the registry's password)."""
+    return _kept_secret(name)({"lengths": {key: length}})["values"]["value"][key]
+
+
 def unwrap_secrets(value: Any) -> Any:
     """`value` as a provider that does not accept secrets receives it: every secret marker removed.
     The dynamic-provider host answers Configure with `acceptSecrets: False` (pulumi 3.272.0
@@ -124,7 +156,8 @@ class DynamicProviderHost:
       nothing, Update, or a replacing Create, by the answer; a preview stops after Diff;
     - Create's and Update's outputs get `__provider` back (`Create`, `Update`).
     (The host also resets the SDK's global Settings for its own process; here they are the mocks'.)
-    `types` picks the resources it runs (default: EntityBuild); others get the mocks' echo.
+    `types` picks the resources it runs (default: EntityBuild; `is_kept_secret` for KeptSecrets, which
+    read the kube context's cluster); others get the mocks' made-up outputs.
     `calls` records every provider call, for the tests."""
 
     types: Callable[[str], bool] = is_entity_build
@@ -264,6 +297,8 @@ class ProgramMocks(pulumi.runtime.Mocks):
             state["outputs"] = {}
         elif self.dynamic is not None and self.dynamic.types(args.typ):
             return self.dynamic.run(args.name, args.inputs, pulumi.runtime.is_dry_run())
+        elif is_kept_secret(args.typ):
+            state.update(_kept_secret(args.name)(args.inputs))
         elif is_entity_build(args.typ):
             state.update(_entity_build(args.inputs))
             self._made_up(state["digest"], f"the mock's digest for the build {args.name} (no job runs under render)")

@@ -15,11 +15,11 @@ from typing import Literal, Optional
 
 import pulumi
 from components import kube as k8s
-import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
 from components import network
+from components.kept_secret import Cluster, KeptSecret, KeptSecretArgs
 from components.model import ConfigModel, check_mode_keys
 from components.postgres import (
     KEEP_CLAIMS, REPLACE_UNREADY, SecretRef, client_egress_spec, same_namespace_only, secret_value, volume_claim,
@@ -84,6 +84,8 @@ class CassandraArgs:
     namespace_name: str
     """The namespace as a plain string: seeds are DNS names baked into the pod spec."""
     image_mirror: Optional[str] = None
+    cluster: Optional[Cluster] = Cluster()
+    """managed: where the kept credentials Secret is read back (postgres.PostgresArgs.cluster)."""
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -249,17 +251,18 @@ class Cassandra(Component):
         self.endpoint = server_endpoint(name, settings)
 
         if settings.mode == "managed":
-            password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
-            lockout = random.RandomPassword(f"{name}-lockout", length=32, special=False, opts=child)
+            # The roles the kept system_auth holds were made with these, when the Secret is still there.
+            kept = KeptSecret(f"{name}-credentials-values", KeptSecretArgs(
+                args.namespace, secret_name, {"password": 32, "lockout-password": 32}, args.cluster), child)
             secret = k8s.core.v1.Secret(
                 f"{name}-credentials",
                 metadata=kb.metadata(secret_name, args.namespace, "database"),
                 type="Opaque",
                 string_data={
                     "username": settings.username,
-                    "password": password.result,
+                    "password": kept.value("password"),
                     # The default superuser's new password, never used again.
-                    "lockout-password": lockout.result,
+                    "lockout-password": kept.value("lockout-password"),
                 },
                 # Kept with the data volumes, which outlive the StatefulSet (postgres.py).
                 opts=self.child_opts(retain_on_delete=True),

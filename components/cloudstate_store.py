@@ -12,6 +12,7 @@ from components import kube as k8s
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components.cassandra import Cassandra, CassandraArgs, CassandraSettings
+from components.kept_secret import Cluster
 from components.model import ConfigModel
 from components.postgres import Postgres, PostgresArgs, PostgresSettings
 from components.postgres_backup import BackupSettings, backup_for
@@ -43,6 +44,8 @@ class CloudStateStoreArgs:
     depends_on: Sequence[pulumi.Resource] = ()
     """The CloudState CRDs and operator (when this stack owns them)."""
     image_mirror: Optional[str] = None
+    cluster: Optional[Cluster] = Cluster()
+    """Where a managed store's kept credentials Secret is read back (components/kept_secret.py)."""
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -91,6 +94,7 @@ class CloudStateStore(Component):
                     namespace=args.namespace,
                     database=args.database,
                     image_mirror=args.image_mirror,
+                    cluster=args.cluster,
                 ),
                 child,
             )
@@ -102,6 +106,7 @@ class CloudStateStore(Component):
                     namespace=args.namespace,
                     namespace_name=args.namespace_name,
                     image_mirror=args.image_mirror,
+                    cluster=args.cluster,
                 ),
                 child,
             )

@@ -170,6 +170,14 @@ def _check_transport(configuration, name: str, source: str) -> None:
               f"Kubernetes API at {configuration.host} without checking who answers")
 
 
+def source_text(kubeconfig: str, context: Optional[str], env: Mapping[str, str],
+                service_account_dir: str = SERVICE_ACCOUNT_DIR) -> str:
+    """Whose credentials reach the cluster (`load_configuration`), for messages."""
+    if in_cluster(kubeconfig, context, env):
+        return f"{IN_CLUSTER} ({service_account_dir})"
+    return f"{f'context {context}' if context else 'the current context'} of {kubeconfig}"
+
+
 def selector_text(selector: Mapping[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
 
@@ -194,14 +202,14 @@ def choose(pods: list[Mapping[str, Any]]) -> Optional[str]:
     return names[0] if names else None
 
 
-def _status_of(error: BaseException) -> int:
+def status_of(error: BaseException) -> int:
     """The HTTP status of an ApiException, or of the WebSocket handshake it wraps (see above)."""
     status = getattr(error, "status", 0) or 0
     cause = error.__cause__ or error.__context__
     return status or getattr(cause, "status_code", 0) or 0
 
 
-def _message_of(error: BaseException) -> str:
+def message_of(error: BaseException) -> str:
     """The API server's own message (a Status object's `message`), else the exception's reason."""
     cause = error.__cause__ or error.__context__
     body = getattr(error, "body", None) or getattr(cause, "resp_body", None)
@@ -309,16 +317,12 @@ class PodTunnel:
 
     @property
     def where(self) -> str:
-        if in_cluster(self.kubeconfig, self.context, self.env):
-            return (f"namespace {self.namespace}, pods with labels {selector_text(self.selector)}, {IN_CLUSTER} "
-                    f"({self.service_account_dir})")
-        context = f"context {self.context}" if self.context else "the current context"
-        return (f"namespace {self.namespace}, pods with labels {selector_text(self.selector)}, {context} "
-                f"of {self.kubeconfig}")
+        return (f"namespace {self.namespace}, pods with labels {selector_text(self.selector)}, "
+                f"{source_text(self.kubeconfig, self.context, self.env, self.service_account_dir)}")
 
     def _refused(self, action: str, error: BaseException) -> TunnelError:
-        status = _status_of(error)
-        message = _message_of(error)
+        status = status_of(error)
+        message = message_of(error)
         if status == 403:
             return TunnelError(f"the Kubernetes API refused to {action} ({self.where}): HTTP 403 {message}. "
                                f"`pulumi up` needs {RBAC_HINT} in namespace {self.namespace}")
@@ -413,7 +417,7 @@ class PodTunnel:
                 self._pod = pod
                 return connection
             except ApiException as error:
-                if _status_of(error) in (401, 403):
+                if status_of(error) in (401, 403):
                     raise self._refused(f"open a port-forward to pod {pod} port {self.port}", error) from None
                 failure = error
             except (OSError, TimeoutError) as error:
@@ -422,7 +426,7 @@ class PodTunnel:
                 self._pod = None
                 pod = self.ready_pod()
         raise TunnelError(f"cannot open a port-forward to pod {pod} port {self.port} ({self.where}): "
-                          f"{_message_of(failure) if isinstance(failure, ApiException) else failure}")
+                          f"{message_of(failure) if isinstance(failure, ApiException) else failure}")
 
 
 def dialer(target: Optional[Mapping[str, Any]], *, env: Mapping[str, str] = os.environ,

@@ -5,7 +5,8 @@ caller's namespace with keys `username`, `password` and `database`; and, when as
 databases created by an idempotent Job (Armada needs `scheduler` and `lookout`).
 
 - managed: the official `postgres` image (alpine, uid 70) with PGDATA on a PersistentVolumeClaim,
-  a generated password, a headless Service for the StatefulSet and a client Service.
+  a generated password (kept with the data: components/kept_secret.py), a headless Service for the
+  StatefulSet and a client Service.
 - external: `host`/`port` from config; the credentials are copied from an existing Secret named in
   config (any namespace), because the namespaces that use them are created by this same program.
 """
@@ -17,11 +18,11 @@ from typing import Literal, Optional
 
 import pulumi
 from components import kube as k8s
-import pulumi_random as random
 from pydantic import Field, model_validator
 
 from components import k8s as kb
 from components import network
+from components.kept_secret import Cluster, KeptSecret, KeptSecretArgs
 from components.model import ConfigModel, DnsLabel, check_mode_keys
 from components.component import Component
 from infra import versions
@@ -111,6 +112,9 @@ class PostgresArgs:
     extra_databases: tuple[str, ...] = field(default=())
     """More databases that must exist, owned by the same role."""
     image_mirror: Optional[str] = None
+    cluster: Optional[Cluster] = Cluster()
+    """managed: where the kept credentials Secret is read back (components/kept_secret.py); None
+    when the stack renders to a directory."""
 
 
 # --- pure builders ---------------------------------------------------------------------------
@@ -291,12 +295,14 @@ class Postgres(Component):
         self.endpoint = server_endpoint(name, settings)
 
         if settings.mode == "managed":
-            password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
+            # The password the kept data directory was initialised with, when the Secret is still there.
+            kept = KeptSecret(f"{name}-credentials-values",
+                              KeptSecretArgs(args.namespace, secret_name, {"password": 32}, args.cluster), child)
             secret = k8s.core.v1.Secret(
                 f"{name}-credentials",
                 metadata=kb.metadata(secret_name, args.namespace, "database"),
                 type="Opaque",
-                string_data={"username": settings.username, "password": password.result, "database": self.database},
+                string_data={"username": settings.username, "password": kept.value("password"), "database": self.database},
                 # Kept with the data volume (which outlives the StatefulSet): without it the kept
                 # data could not be read (docs/cloudstate.md, "What is kept").
                 opts=self.child_opts(retain_on_delete=True),

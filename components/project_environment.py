@@ -32,6 +32,7 @@ from components import k8s as kb
 from components import network
 from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs, namespace_access
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
+from components.kept_secret import Cluster
 from components.namespace import Namespace, NamespaceArgs
 from components.component import Component
 
@@ -95,6 +96,8 @@ class ProjectEnvironmentArgs:
     depends_on: Sequence[pulumi.Resource] = ()
     """The CloudState CRDs and operator, when this stack owns them (else they exist already)."""
     image_mirror: Optional[str] = None
+    cluster: Optional[Cluster] = Cluster()
+    """Where the store's kept credentials Secret is read back (components/kept_secret.py)."""
     builds: Sequence[pulumi.Resource] = ()
     """Every image build of the project (infra/delivery.py): each StatefulService waits for all of
     them, not only its own image, so a failed build changes none of the project's entities (deploy
@@ -314,6 +317,7 @@ class ProjectEnvironment(Component):
                     database=store_key(args.project, args.environment),
                     depends_on=[*args.depends_on, operator_binding],
                     image_mirror=args.image_mirror,
+                    cluster=args.cluster,
                 ),
                 # Its Jobs and CronJobs wait for the namespace's allow-dns policy too (their first run resolves the store).
                 self.child_opts(depends_on=[namespace]),

@@ -193,6 +193,9 @@ class Redis(Component):
     def _managed(self, name: str, args: RedisArgs) -> None:
         settings = args.settings
         child = self.child_opts()
+        # A RandomPassword, not a KeptSecret (components/kept_secret.py): Redis takes its password from
+        # this Secret at every start and keeps none in its data, so the Secret is not kept and a stack
+        # deployed again may generate a new one.
         password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
         secret = k8s.core.v1.Secret(
             f"{name}-secret",

@@ -23,7 +23,6 @@ from typing import Literal, Optional
 
 import pulumi
 from components import kube as k8s
-import pulumi_random as random
 import yaml
 from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
 
@@ -32,6 +31,7 @@ from components import network
 from components.model import ConfigModel, DnsLabel, problem, problems
 from components.component import Component
 from components.entity_image import BuildPlatform
+from components.kept_secret import Cluster, Htpasswd, KeptSecret, KeptSecretArgs
 
 PORT = 5000
 DEBUG_PORT = 5001
@@ -221,11 +221,6 @@ def _plain(value):
 # --- pure builders ----------------------------------------------------------------------------
 
 
-def htpasswd(username: str, bcrypt_hash: str) -> str:
-    """An htpasswd file with one bcrypt entry (distribution accepts bcrypt only)."""
-    return f"{username}:{bcrypt_hash}\n"
-
-
 def dockerconfigjson(host: str, username: str, password: str) -> str:
     """The `.dockerconfigjson` of a kubernetes.io/dockerconfigjson pull Secret for `host`."""
     auth = base64.b64encode(f"{username}:{password}".encode()).decode()
@@ -400,6 +395,9 @@ class RegistryArgs:
     """Pinned distribution image (infra/versions.py)."""
     metrics: bool = False
     """Serve Prometheus metrics on the debug port (platform.monitoring.enabled)."""
+    cluster: Optional[Cluster] = Cluster()
+    """Where the kept Secret `registry-auth` is read back (components/kept_secret.py); None when the
+    stack renders to a directory."""
 
 
 class Registry(Component):
@@ -410,17 +408,21 @@ class Registry(Component):
         child = self.child_opts()
         config = args.config
 
-        password = random.RandomPassword(f"{name}-password", length=32, special=False, opts=child)
-        http_secret = random.RandomPassword(f"{name}-http-secret", length=48, special=False, opts=child)
+        secret_name = f"{name}{AUTH_SECRET_SUFFIX}"
+        # The credentials the kept images are pulled with (prod's pull Secrets hold them), when the
+        # Secret is still there; the htpasswd entry is the kept one while it verifies.
+        kept = KeptSecret(f"{secret_name}-values", KeptSecretArgs(
+            args.namespace, secret_name, {"password": 32, "http-secret": 48}, args.cluster,
+            htpasswd=Htpasswd(key="htpasswd", username=config.username, password_key="password")), child)
         secret = k8s.core.v1.Secret(
-            f"{name}{AUTH_SECRET_SUFFIX}",
-            metadata=kube.metadata(f"{name}{AUTH_SECRET_SUFFIX}", args.namespace, "registry"),
+            secret_name,
+            metadata=kube.metadata(secret_name, args.namespace, "registry"),
             type="Opaque",
             string_data={
-                "htpasswd": password.bcrypt_hash.apply(lambda h: htpasswd(config.username, h)),
+                "htpasswd": kept.value("htpasswd"),
                 "username": config.username,
-                "password": password.result,
-                "http-secret": http_secret.result,
+                "password": kept.value("password"),
+                "http-secret": kept.value("http-secret"),
             },
             # Kept, like the images: a stack sharing this registry reads its credentials here
             # (docs/cloudstate.md, "What is kept").
@@ -473,5 +475,5 @@ class Registry(Component):
         """The custom resources an in-cluster client (a build job) waits for: depending on these,
         not on the component, keeps a dependant's edges few (infra/builds.py `armada_builds`)."""
         self.username: str = config.username
-        self.password: pulumi.Output[str] = pulumi.Output.secret(password.result)
+        self.password: pulumi.Output[str] = kept.value("password")
         self.register_outputs({"service": self.service, "password": self.password})

@@ -69,6 +69,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             database=armada.databases.lookout,
             extra_databases=(armada.databases.scheduler, armada.databases.lookout),
             image_mirror=mirror,
+            cluster=stack.cluster,
         ),
         opts,
     )

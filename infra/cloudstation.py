@@ -90,6 +90,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         operator_namespace=cluster_sharing.operator_namespace(config, stack.root),
         depends_on=cluster_resources,
         image_mirror=platform.image_mirror,
+        cluster=stack.cluster,
     )
     state = platform.project_state
     state_namespace = project_state_namespace(platform.namespace)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import pulumi
 from components import kube as k8s
 
+from components.kept_secret import Cluster
 from infra import config as stack_config
 from infra.engine_paths import from_program
 
@@ -38,3 +40,11 @@ class StackContext:
     @property
     def opts(self) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(provider=self.provider)
+
+    @property
+    def cluster(self) -> Optional[Cluster]:
+        """Where kept Secrets are read back (components/kept_secret.py): the stack's kube context, as
+        its Kubernetes provider reaches the cluster; None when it renders YAML to a directory (no
+        cluster, and the current context may be another one)."""
+        kubernetes = self.config.kubernetes
+        return None if kubernetes.render_yaml_to_directory is not None else Cluster(kubernetes.context)

@@ -98,6 +98,7 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
                 client_namespaces=client_namespaces(stack.config) + registry_build_clients(stack.config),
                 image=versions.image("registry", stack.config.platform.image_mirror),
                 metrics=stack.config.platform.monitoring.enabled,  # /metrics on the debug port (docs/monitoring.md)
+                cluster=stack.cluster,
             ),
             stack.opts,
         )

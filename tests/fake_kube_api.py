@@ -1,7 +1,11 @@
 """A fake Kubernetes API server for the registry tunnel tests (components/kube_tunnel.py): plain
-http on 127.0.0.1, a bearer token it requires, and the two calls a port-forward needs:
+http on 127.0.0.1, a bearer token it requires, the two calls a port-forward needs and the one read of a
+kept Secret (components/kept_secret.py):
 
 - `GET /api/v1/namespaces/{ns}/pods?labelSelector=k=v,...` -> a PodList (equality selectors);
+- `GET /api/v1/namespaces/{ns}/secrets/{name}` -> the Secret put in `secrets` (`add_secret`, values
+  base64 as the API server answers them), else 404 `secrets "{name}" not found`, as the API server
+  answers also when the namespace does not exist;
 - `GET /api/v1/namespaces/{ns}/pods/{name}/portforward?ports=N` with a WebSocket upgrade, protocol
   `v4.channel.k8s.io` as kubelet speaks it for port-forward: per port a data channel (0) and an
   error channel (1), the first frame of each carrying the port as a little-endian uint16, then the
@@ -15,7 +19,8 @@ http on 127.0.0.1, a bearer token it requires, and the two calls a port-forward 
 in-cluster configuration, which is always https.
 
 Refusals answer a `Status` object as the API server does: 401 without the token, 403 for a
-(verb, resource) in `forbidden` (e.g. ("create", "pods/portforward")), 404 for an unknown pod.
+(verb, resource) in `forbidden` (e.g. ("create", "pods/portforward"), ("get", "secrets")), 404 for an
+unknown pod or Secret.
 `write_kubeconfig` writes a kubeconfig pointing at the server. Everything it was asked is in
 `requests` (method, path, verb-resource), and every opened tunnel in `tunnels` (pod, port, bytes
 each way), so a test can tell a tunnel was used."""
@@ -83,6 +88,8 @@ class FakeKubeApi:
     """Delays for the next handshakes, one each in order (then `handshake_delay`)."""
     error_format: str = "json"
     tls: bool = False
+    secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    """(namespace, name) -> the Secret's `data` (base64 values)."""
 
     def __post_init__(self):
         self.lock = threading.Lock()
@@ -116,6 +123,12 @@ class FakeKubeApi:
         with self.lock:
             self.pods.append(pod)
         return pod
+
+    def add_secret(self, namespace: str, name: str, values: dict[str, str]) -> None:
+        """A Secret holding `values` (plain text; stored base64 as `data`, as the API server keeps it)."""
+        with self.lock:
+            self.secrets[(namespace, name)] = {key: base64.b64encode(value.encode()).decode()
+                                               for key, value in values.items()}
 
     def remove_pod(self, name: str) -> None:
         with self.lock:
@@ -225,6 +238,8 @@ def _handler(api: FakeKubeApi):
                     and segments[6] == "portforward":
                 # A WebSocket upgrade is a GET; authorized as get (and, since 1.35, also as create).
                 what = ("create", "pods/portforward")
+            elif segments[:3] == ["api", "v1", "namespaces"] and len(segments) == 6 and segments[4] == "secrets":
+                what = ("get", "secrets")
             else:
                 what = ("?", parts.path)
             with api.lock:
@@ -240,6 +255,8 @@ def _handler(api: FakeKubeApi):
                 return self._answer(403, _status(403, "Forbidden", (
                     f'{resource} is forbidden: User "deployer" cannot {verb} resource "{resource}" in API group '
                     f'"" in the namespace "{namespace}"')))
+            if what == ("get", "secrets"):
+                return self._secret(namespace, segments[5])
             with api.lock:
                 pods = [p for p in api.pods if p.namespace == namespace]
             if what == ("list", "pods"):
@@ -252,6 +269,15 @@ def _handler(api: FakeKubeApi):
             if pod is None:
                 return self._answer(404, _status(404, "NotFound", f'pods "{name}" not found'))
             self._port_forward(pod, query)
+
+        def _secret(self, namespace: str, name: str) -> None:
+            with api.lock:
+                data = api.secrets.get((namespace, name))
+            if data is None:
+                return self._answer(404, _status(404, "NotFound", f'secrets "{name}" not found'))
+            body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": name, "namespace": namespace}, "data": dict(data)}
+            return self._answer(200, json.dumps(body).encode())
 
         def _port_forward(self, pod: Pod, query: dict) -> None:
             offered = [p.strip() for p in self.headers.get("Sec-WebSocket-Protocol", "").split(",")]

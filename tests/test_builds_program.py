@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cloudstation_tools import render as render_module
-from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, _random_password
+from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, kept_value
 from components.armada.auth import BUILDS_USER
 from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS
 from infra import builds, delivery
@@ -31,8 +31,8 @@ from tests.registry_server import RegistryServer
 from tests.test_user_copy import copy_repository
 
 STACK = "test"
-REGISTRY_PASSWORD = _random_password("registry-password")({"length": 32})["result"]["value"]
-"""The managed registry's password as the mocks generate it (components/registry.py `<name>-password`)."""
+REGISTRY_PASSWORD = kept_value("registry-auth-values", "password", 32)
+"""The managed registry's password as the mocks make it up (components/registry.py: KeptSecret `<name>-auth-values`)."""
 
 
 def config_of(root: Path, stack: str = STACK):

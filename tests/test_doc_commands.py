@@ -78,9 +78,9 @@ CLASSIFIED = {
                                                    "copy has neither of; tests/test_diff_command.py runs it in a git copy",
     "bash scripts/up.sh test": UP,
     "bash scripts/up.sh prod": UP,
-    "bash scripts/up.sh test --replace 'urn:pulumi:test::cloudstation::cloudstation:delivery:Registry$random:index/"
-    "randomPassword:RandomPassword::registry-password'": UP,
-    "PULUMI_K8S_UPSERT_EXISTING_OBJECTS=true PULUMI_K8S_ENABLE_PATCH_FORCE=true bash scripts/up.sh test": UP,
+    "bash scripts/up.sh test --replace 'urn:pulumi:test::cloudstation::cloudstation:delivery:Registry$pulumi-python:"
+    "dynamic/secrets:KeptSecret::registry-auth-values'": UP,
+    'bash scripts/up.sh test --replace "$urn"': UP,
     "bash scripts/up.sh test --policy-pack policy --policy-pack-config policy/config.json": UP,
     "bash scripts/up.sh prod --policy-pack policy --policy-pack-config policy/config.json": UP,
     "python -m infra pin-images --missing": "asks Docker Hub and the other image registries for the new pins' "

@@ -149,7 +149,8 @@ def test_the_test_stack_registers_the_same_either_way(monkeypatch):
         RENDERS["test"]()
         runs[upstream] = monitors[-1].requests
     dynamic_keys = [key for key in runs[True] if key[0].startswith("pulumi-python:dynamic/")]
-    assert {key[0] for key in dynamic_keys} == {"pulumi-python:dynamic/builds:EntityBuild", "pulumi-python:dynamic/armada:Queue"}
+    assert {key[0] for key in dynamic_keys} == {"pulumi-python:dynamic/builds:EntityBuild", "pulumi-python:dynamic/armada:Queue",
+                                                 "pulumi-python:dynamic/secrets:KeptSecret"}
     assert runs[False].keys() == runs[True].keys()
     for key, request in runs[True].items():
         assert runs[False][key] == request, key

@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from components import kept_secret
 from components import registry as reg
 from components.namespace import Namespace, NamespaceArgs
 from infra import delivery, versions
@@ -118,7 +119,7 @@ def test_managed_pull_host_is_the_node_port_on_localhost_and_push_host_may_diffe
 
 def test_htpasswd_entry_is_bcrypt_and_verifies():
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    line = reg.htpasswd("cloudstation", hashed)
+    line = kept_secret.htpasswd("cloudstation", hashed)
     user, _, stored = line.rstrip("\n").partition(":")
     assert user == "cloudstation" and stored.startswith("$2")
     assert bcrypt.checkpw(b"s3cret", stored.encode()) and not bcrypt.checkpw(b"wrong", stored.encode())
@@ -215,6 +216,8 @@ def test_optional_exposure_objects_pass_the_official_schemas():
 
 
 def test_registry_component_keeps_a_bcrypt_htpasswd_of_a_generated_password_in_a_secret(mocked):
+    """The values come from a KeptSecret of `registry-auth` (components/kept_secret.py): read back from
+    the cluster when the Secret is kept from an earlier deployment, else generated."""
     @pulumi.runtime.test
     def build():
         component = reg.Registry(
@@ -226,9 +229,12 @@ def test_registry_component_keeps_a_bcrypt_htpasswd_of_a_generated_password_in_a
 
     build()  # returns once every registration has completed
     by_name = {r.name: r for r in mocked.registrations}
-    password = by_name["registry-password"]
-    assert password.type == "random:index/randomPassword:RandomPassword"
-    assert password.inputs["length"] >= 32 and password.inputs["special"] is False
+    values = by_name["registry-auth-values"]
+    assert values.type == "pulumi-python:dynamic/secrets:KeptSecret"
+    assert (values.inputs["namespace"], values.inputs["name"]) == ("cloudstation", "registry-auth")
+    assert values.inputs["lengths"] == {"password": 32, "http-secret": 48}
+    assert values.inputs["htpasswd"] == {"key": "htpasswd", "username": "pusher", "passwordKey": "password"}
+    assert values.urn in by_name["registry-auth"].dependencies
     secret = by_name["registry-auth"].inputs
     assert is_wrapped_secret(secret["stringData"])
     data = secret["stringData"]["value"]

@@ -82,6 +82,11 @@ def test_no_secret_value_is_written(rendered_stacks, tmp_path):
             state = ProgramMocks().new_resource(_args(registration))[1]
             assert state["result"]["value"] not in text
             assert state["bcryptHash"]["value"] not in text
+        kept = rendered.of_type("pulumi-python:dynamic/secrets:KeptSecret")
+        assert kept
+        for registration in kept:
+            for value in ProgramMocks().new_resource(_args(registration))[1]["values"]["value"].values():
+                assert value.strip() not in text
 
 
 def _args(registration):
@@ -253,7 +258,7 @@ def test_every_object_is_under_the_urn_of_the_component_that_made_it(rendered, t
         assert comments[0] == f"# from {registration.parent}"
         assert registration.parent in components or is_stack(registration.parent)
         assert obj == render.canonical(render.clean(registration.inputs))
-        assert "cloudstation" not in json.dumps((obj["metadata"].get("annotations") or {})), "no URN annotation"
+        assert "urn:pulumi:" not in json.dumps((obj["metadata"].get("annotations") or {})), "no URN annotation"
 
 
 def blockable(text: str) -> bool:

@@ -78,10 +78,11 @@ def test_managed_postgres_runs_as_postgres_on_its_volume_with_probes(rendered):
 
 
 def test_generated_passwords_are_long_and_random(rendered):
-    passwords = [r for r in rendered.of_type("random:index/randomPassword:RandomPassword")
-                 if r.name.endswith(("postgres-password", "cassandra-password"))]
-    assert {r.name for r in passwords} >= {"shop-postgres-password", "project-state-postgres-password"}
-    assert all(r.inputs["length"] >= 32 for r in passwords)
+    """Kept with the data (components/kept_secret.py): generated like RandomPassword(32, special=False)."""
+    passwords = [r for r in rendered.of_type("pulumi-python:dynamic/secrets:KeptSecret")
+                 if r.name.endswith(("postgres-credentials-values", "cassandra-credentials-values"))]
+    assert {r.name for r in passwords} >= {"shop-postgres-credentials-values", "project-state-postgres-credentials-values"}
+    assert all(r.inputs["lengths"]["password"] >= 32 for r in passwords)
 
 
 # --- external PostgreSQL, managed and external Cassandra (variant stacks) --------------------

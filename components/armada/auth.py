@@ -193,6 +193,9 @@ class ArmadaAuth(Component):
         super().__init__("cloudstation:armada:Auth", name, None, opts)
         config = args.config
         child = self.child_opts()
+        # RandomPasswords, not KeptSecrets (components/kept_secret.py): no data holds these, each
+        # service reads its users from the Secrets at start, so those are not kept and a stack deployed
+        # again generates new ones everywhere at once.
         generated = {
             p.name: random.RandomPassword(
                 f"{name}-{p.name}", length=PASSWORD_LENGTH, special=False, opts=child
