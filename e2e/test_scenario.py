@@ -95,6 +95,11 @@ def kept_objects(platform: Platform, stack: str) -> dict[str, str]:
     return kept
 
 
+def secret_data(platform: Platform, key: str) -> dict:
+    namespace, name = key.split(" ", 1)[1].split("/")
+    return (platform.cluster.api("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}") or {}).get("data", {})
+
+
 def live_uid(platform: Platform, key: str) -> str:
     kind, name = key.split(" ", 1)
     namespace, _, short = name.rpartition("/")
@@ -108,12 +113,17 @@ def test_5_destroy_and_up_prod_again_keeps_and_adopts(platform: Platform):
     kept = kept_objects(platform, "prod")
     assert kept, "prod keeps nothing on delete: expected at least the stores' claims"
     assert any(key.startswith("PersistentVolumeClaim ") for key in kept), sorted(kept)
+    secrets = {key: secret_data(platform, key) for key in kept if key.startswith("Secret ")}
+    assert secrets, "no kept Secret: the stores' credentials must stay with their data"
     platform.pulumi("destroy", "--stack", "prod", "--yes").check()
     gone = {key: uid for key, uid in kept.items() if live_uid(platform, key) != uid}
     assert not gone, f"kept objects deleted or replaced by pulumi destroy: {sorted(gone)}"
     platform.run("bash", "scripts/up.sh", "prod").check()
     replaced = {key: uid for key, uid in kept.items() if live_uid(platform, key) != uid}
     assert not replaced, f"claims and other kept objects not adopted as they were: {sorted(replaced)}"
+    # A kept store opens only with the credentials its data was created with.
+    changed = sorted(key for key, data in secrets.items() if secret_data(platform, key) != data)
+    assert not changed, f"kept Secrets whose values the new up changed: {changed}"
     platform.pulumi("preview", "--stack", "prod", "--expect-no-changes").check()
 
 
