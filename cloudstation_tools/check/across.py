@@ -214,7 +214,7 @@ def secret_reads(group: list[Stack], cluster: str) -> list[Finding]:
                     if elsewhere else "")
             found.append(keyed(
                 ERROR, stack.file, stack.lines, key,
-                show(stack.config.platform.registry.owner_namespace) if key.endswith("ownerNamespace") else show(namespace),
+                show(stack.config.platform.registry.owner_namespace) if shared_registry else show(namespace),
                 f"reads the Secret {namespace}/{name}, which no stack of its cluster ({describe(cluster)}) creates there "
                 f"({whose}): the deployment would wait for it and fail{hint}",
                 "clusters", related=tuple({owner.file} - {stack.file}) if owner else ()))
