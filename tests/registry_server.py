@@ -2,6 +2,14 @@
 free loopback port with htpasswd (bcrypt) auth, and small images built by hand as OCI layouts and
 pushed with skopeo. Everything lives in one temporary directory; the server is stopped by its PID.
 
+With `policy`, the registry runs as the platform deploys it: distribution on a loopback port of its
+own with one htpasswd line per user (`users`), behind the authorizing gate (components/registry_gate.py,
+run by this Python in isolated mode, so with the standard library only), which answers on `host`.
+Debian's 2.8 is the unit suite's registry because scripts/test.sh installs it on any machine; it
+routes the API v2 paths with the same grammar and answers the same error codes as v3.1.1, the
+version the program deploys. CLOUDSTATION_REGISTRY_BINARY runs the same tests against another
+binary (e.g. the v3.1.1 the end-to-end tier builds: `bash e2e/build-tools.sh registry`).
+
 Also `CountingProxy` (forwards to the registry and logs every request on the wire, for exact
 request counts), `ScriptedServer` (answers what a test says, and logs what it was sent: for
 redirects, oversized or slow answers and hostile token realms) and `DrippingServer` (writes raw
@@ -12,10 +20,12 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -30,7 +40,8 @@ import requests
 
 from components.registry import registry_settings
 
-REGISTRY_BINARY = "/usr/bin/docker-registry"
+REGISTRY_BINARY = os.environ.get("CLOUDSTATION_REGISTRY_BINARY") or "/usr/bin/docker-registry"
+GATE = Path(__file__).resolve().parent.parent / "components" / "registry_gate.py"
 USERNAME = "promoter"
 PASSWORD = "s3cret-pw-for-tests"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -54,15 +65,22 @@ def require_tools() -> None:
 class RegistryServer:
     """`with RegistryServer(workdir) as registry:` — a registry answering on `registry.host`."""
 
-    def __init__(self, workdir: Path, username: str = USERNAME, password: str = PASSWORD, delete_enabled: bool = True):
+    def __init__(self, workdir: Path, username: str = USERNAME, password: str = PASSWORD, delete_enabled: bool = True,
+                 users: Optional[dict[str, str]] = None, policy: Optional[dict] = None):
         require_tools()
         self.workdir = workdir
         self.delete_enabled = delete_enabled  # storage.delete.enabled (tests of the platform's own setting)
         self.username, self.password = username, password
+        self.users = {username: password, **(users or {})}  # one htpasswd line each
+        self.policy = policy  # the gate's (components/registry_access.py gate_policy); None: no gate
         self.port = free_port()
+        self.upstream_port = free_port() if policy is not None else self.port
         self.host = f"127.0.0.1:{self.port}"
+        self.upstream_host = f"127.0.0.1:{self.upstream_port}"
+        """distribution itself: the host too without a gate, a loopback port behind it with one."""
         self.url = f"http://{self.host}"
         self.process: Optional[subprocess.Popen] = None
+        self.gate: Optional[subprocess.Popen] = None
         self.session = requests.Session()
 
     def __enter__(self) -> "RegistryServer":
@@ -75,15 +93,16 @@ class RegistryServer:
     def start(self) -> None:
         auth = self.workdir / "auth"
         auth.mkdir(parents=True, exist_ok=True)
-        hashed = bcrypt.hashpw(self.password.encode(), bcrypt.gensalt(rounds=5)).decode()
-        (auth / "htpasswd").write_text(f"{self.username}:{hashed}\n")
+        (auth / "htpasswd").write_text("".join(
+            f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode()}\n"
+            for user, password in self.users.items()))
         config = {
             "version": 0.1,
             "log": {"level": "warn"},
             # The deployed registry's storage cache (components/registry.py registry_settings).
             "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": self.delete_enabled},
                         "cache": registry_settings()["storage"]["cache"]},
-            "http": {"addr": self.host, "secret": "registry-for-tests"},
+            "http": {"addr": self.upstream_host, "secret": "registry-for-tests"},
             "auth": {"htpasswd": {"realm": "test-registry", "path": str(auth / "htpasswd")}},
         }
         (self.workdir / "config.yml").write_text(json.dumps(config))  # JSON is YAML
@@ -93,6 +112,16 @@ class RegistryServer:
             stdout=log, stderr=subprocess.STDOUT, process_group=0,
         )
         log.close()
+        if self.policy is not None:
+            (self.workdir / "policy.json").write_text(json.dumps(self.policy))
+            gate_log = open(self.workdir / "gate.log", "wb")
+            # -I: isolated, so the gate runs with the standard library only, as in its container.
+            self.gate = subprocess.Popen(
+                [sys.executable, "-I", str(GATE), "--policy", str(self.workdir / "policy.json"),
+                 "--listen", self.host, "--upstream", self.upstream_host],
+                stdout=gate_log, stderr=subprocess.STDOUT, process_group=0,
+            )
+            gate_log.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -100,21 +129,32 @@ class RegistryServer:
                     return
             except requests.ConnectionError:
                 pass
-            if self.process.poll() is not None:
+            if self.process.poll() is not None or (self.gate is not None and self.gate.poll() is not None):
                 break
             time.sleep(0.01)
         self.stop()
-        raise RuntimeError(f"docker-registry did not start: {(self.workdir / 'registry.log').read_text()[-2000:]}")
+        logs = [(self.workdir / name) for name in ("registry.log", "gate.log")]
+        raise RuntimeError("the registry did not start: " + " / ".join(f.read_text()[-2000:] for f in logs if f.exists()))
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+        for process in (self.gate, self.process):
+            if process and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.process = self.gate = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same ports and storage (e.g. after garbage collection, which
+        the registry's in-memory blob-descriptor cache does not see)."""
+        self.stop()
+        self.start()
+
+    def config_file(self) -> Path:
+        return self.workdir / "config.yml"
 
     @property
     def auth(self) -> tuple[str, str]:
@@ -129,19 +169,29 @@ class RegistryServer:
         )
         return response.headers["Docker-Content-Digest"] if response.status_code == 200 else None
 
-    def push(self, image: "OciImage", repository: str, tag: str, manifest_format: str = "oci") -> str:
-        """Copy an OCI layout image into the registry with skopeo; returns the pushed digest."""
-        subprocess.run(
-            [
-                "skopeo", "copy", "--quiet", "--dest-tls-verify=false",
-                "--dest-creds", f"{self.username}:{self.password}", "--format", manifest_format,
-                f"oci:{image.layout}:{image.tag}", f"docker://{self.host}/{repository}:{tag}",
-            ],
-            check=True, capture_output=True,
-        )
+    def push(self, image: "OciImage", repository: str, tag: str, manifest_format: str = "oci",
+             as_user: Optional[str] = None, direct: bool = False) -> str:
+        """Copy an OCI layout image into the registry with skopeo; returns the pushed digest. `as_user`
+        pushes with that user's credentials (through the gate, if any); `direct` to distribution
+        itself, past the gate (a test setting the stage)."""
+        self.skopeo_copy(image, repository, tag, manifest_format, as_user, direct).check_returncode()
         digest = self.digest_of(repository, tag)
         assert digest, f"{repository}:{tag} not in the registry after skopeo copy"
         return digest
+
+    def skopeo_copy(self, image: "OciImage", repository: str, tag: str, manifest_format: str = "oci",
+                    as_user: Optional[str] = None, direct: bool = False) -> subprocess.CompletedProcess:
+        """`skopeo copy` of an OCI layout image to `repository:tag` (a real client's push), unchecked."""
+        user = as_user or self.username
+        host = self.upstream_host if direct else self.host
+        return subprocess.run(
+            [
+                "skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+                "--dest-creds", f"{user}:{self.users[user]}", "--format", manifest_format,
+                f"oci:{image.layout}:{image.tag}", f"docker://{host}/{repository}:{tag}",
+            ],
+            capture_output=True, text=True,
+        )
 
 
 @dataclass(frozen=True)

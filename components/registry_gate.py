@@ -1,0 +1,737 @@
+"""The registry's authorizing gate: per-user, per-repository rights and create-only tags in front of
+CNCF distribution, which has neither (docs/registry.md, "Who may do what").
+
+Standard library only: this file is the program the gate container runs (components/registry.py ships
+it in the ConfigMap `<registry>-gate` and starts `python3 registry_gate.py --policy policy.json ...`
+in the pinned python image); tests import the same file. Compatible with Python 3.11 to 3.13.
+
+What it does with each request, in this order:
+1. Authentication. HTTP Basic only; the password is checked by distribution itself, whose htpasswd
+   file holds one bcrypt entry per user (a bcrypt of cost 10 in pure Python would take seconds per
+   check, and the standard library has none): the gate asks `GET /v2/` upstream with the client's
+   own Authorization once and remembers the answer for AUTH_CACHE_SECONDS (as a SHA-256 of the
+   header, never the header). Every forwarded request carries the client's Authorization, so
+   distribution authenticates it again: the cache only decides between UNAUTHORIZED and DENIED.
+2. The path, parsed exactly as distribution v3.1.1 routes it (`route`): registry/api/v2/
+   descriptors.go `routeDescriptors` in its order, each path a gorilla/mux template whose variables
+   are reference.NameRegexp (github.com/distribution/reference v0.6.0 regexp.go: optional
+   domain[:port]/, then path components joined by "/"), reference.TagRegexp or go-digest's
+   DigestRegexp, matched against the whole path (leftmost-first, greedy: as Go's regexp picks
+   submatches). Anything else is refused, never forwarded: a percent-encoded path (Go would decode
+   it before routing, registry/api/v2/routes.go uses r.URL.Path), a path mux would clean or
+   redirect (`//`, `..`, a trailing slash), an absolute-form target.
+3. Authorization (`refusal`): the user's rules (repository patterns -> pull, push, overwrite;
+   `tags` narrows a push rule to manifest PUTs by matching tag). Deletes are refused for everyone
+   (distribution has them off too: components/registry.py). A cross-repository mount (`POST
+   /v2/<name>/blobs/uploads/?mount=<digest>&from=<other>`, OCI distribution-spec v1.1 "Mounting a
+   blob from another repository") needs push on <name> and pull on <other>; distribution reads
+   `mount`/`from` with r.FormValue (registry/handlers/blobupload.go), which also reads a form body,
+   so upload requests with a form Content-Type are refused and the query is parsed strictly
+   (`upload_query`). `/v2/_catalog` only for users whose policy says `catalog`.
+4. Create-only tags: a manifest PUT by tag, for a user without `overwrite` on it, is forwarded only
+   when distribution has no such tag or has it at the very digest of the body (an idempotent retry);
+   otherwise refused, naming both digests. The check (HEAD upstream with every manifest media type
+   in Accept: registry/handlers/manifests.go GetManifest answers 404 for a type it is not offered)
+   and the PUT happen under one lock per repository:tag, so two concurrent creates cannot both win
+   (one gate serves the registry: one replica, filesystem storage).
+5. Forwarding: request and response bodies stream in 64 KiB pieces (a manifest PUT by tag is read
+   whole, at most MAX_MANIFEST_BYTES: distribution's own limit, manifests.go maxManifestBodySize);
+   upstream answers, errors included, pass through unchanged.
+
+Every refusal is a registry API error body (`{"errors": [{"code": "DENIED"|"UNAUTHORIZED", ...}]}`,
+distribution-spec "Error Codes") whose message names the user, the repository and the action.
+One JSON line per request goes to stderr (user, method, path, status, refusal).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import http.client
+import http.server
+import json
+import re
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+# --- the path grammar ---------------------------------------------------------------------------
+
+_ALPHANUMERIC = r"[a-z0-9]+"
+_SEPARATOR = r"(?:[._]|__|[-]+)"
+_PATH_COMPONENT = _ALPHANUMERIC + r"(?:" + _SEPARATOR + _ALPHANUMERIC + r")*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN_NAME = _DOMAIN_COMPONENT + r"(?:\." + _DOMAIN_COMPONENT + r")*"
+_HOST = r"(?:" + _DOMAIN_NAME + r"|\[(?:[a-fA-F0-9:]+)\])"
+NAME = r"(?:" + _HOST + r"(?::[0-9]+)?/)?" + _PATH_COMPONENT + r"(?:/" + _PATH_COMPONENT + r")*"
+"""reference.NameRegexp (distribution/reference v0.6.0 regexp.go `namePat`)."""
+TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+"""reference.TagRegexp: `[\\w][\\w.-]{0,127}` (Go's \\w is ASCII)."""
+ROUTE_DIGEST = r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+"
+"""go-digest v1.0.0 DigestRegexp, which the blob and manifest routes use."""
+VALID_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}")
+"""What go-digest's Parse accepts with the algorithms the registry binary links; the manifest
+handler takes any other reference for a tag (manifests.go `manifestDispatcher`)."""
+_UUID = r"[a-zA-Z0-9_.=-]+"
+
+ROUTES = (
+    # (kind, template), in distribution's order: the first that matches is the route.
+    ("base", re.compile(r"/v2/")),
+    ("tags", re.compile(r"/v2/(?P<name>" + NAME + r")/tags/list")),
+    ("manifest", re.compile(r"/v2/(?P<name>" + NAME + r")/manifests/(?P<reference>" + TAG + r"|" + ROUTE_DIGEST + r")")),
+    ("blob", re.compile(r"/v2/(?P<name>" + NAME + r")/blobs/(?P<digest>" + ROUTE_DIGEST + r")")),
+    ("upload", re.compile(r"/v2/(?P<name>" + NAME + r")/blobs/uploads/")),
+    ("upload-chunk", re.compile(r"/v2/(?P<name>" + NAME + r")/blobs/uploads/(?P<uuid>" + _UUID + r")")),
+    ("catalog", re.compile(r"/v2/_catalog")),
+)
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+MAX_MANIFEST_BYTES = 4 << 20
+CHUNK = 64 << 10
+AUTH_CACHE_SECONDS = 60.0
+AUTH_CACHE_ENTRIES = 1024
+SOCKET_TIMEOUT_SECONDS = 300.0
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+"""Content types whose body Go's Request.ParseForm reads into r.Form (net/http request.go
+parsePostForm), and so into FormValue("mount"/"from"/"digest") of the upload handlers."""
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+              "transfer-encoding", "upgrade", "expect", "proxy-connection"}
+ACTIONS = ("pull", "push", "overwrite")
+WRITING_METHODS = ("POST", "PUT", "PATCH")
+
+
+class PolicyError(ValueError):
+    """The policy file is not what components/registry_access.py writes; str() says where."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One request as distribution would route it."""
+
+    kind: str
+    """base, tags, manifest, blob, upload, upload-chunk or catalog."""
+    name: str = ""
+    """The repository ("" for base and catalog)."""
+    tag: str = ""
+    """A manifest reference that is a tag ("" when it is a digest, or not a manifest)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    repositories: tuple[str, ...]
+    actions: frozenset
+    tags: Optional["re.Pattern[str]"] = None
+    """Narrows `push`/`overwrite` to manifest PUTs by a tag matching it whole."""
+
+
+@dataclass(frozen=True)
+class User:
+    rules: tuple[Rule, ...] = ()
+    catalog: bool = False
+
+
+@dataclass(frozen=True)
+class Policy:
+    users: dict = field(default_factory=dict)
+    realm: str = "cloudstation"
+
+
+# --- pure functions -----------------------------------------------------------------------------
+
+
+def route(path: str) -> Optional[Route]:
+    """The route distribution takes for `path` (no query), or None when the gate must refuse it."""
+    for kind, template in ROUTES:
+        match = template.fullmatch(path)
+        if match is None:
+            continue
+        groups = match.groupdict()
+        reference = groups.get("reference") or ""
+        tag = ""
+        if kind == "manifest" and not VALID_DIGEST.fullmatch(reference):
+            if not re.fullmatch(TAG, reference):
+                return None  # digest-shaped but not a digest: distribution would take it for a tag
+            tag = reference
+        return Route(kind, groups.get("name") or "", tag)
+    return None
+
+
+def action(kind: str, method: str) -> Optional[str]:
+    """What `method` on a route needs: login (any user), pull, push, delete or catalog; None when
+    distribution has no such handler (refused)."""
+    reading = method in ("GET", "HEAD")
+    if kind == "base":
+        return "login" if reading else None
+    if kind == "catalog":
+        return "catalog" if reading else None
+    if kind == "tags":
+        return "pull" if reading else None
+    if kind in ("manifest", "blob"):
+        if reading:
+            return "pull"
+        if method == "DELETE":
+            return "delete"
+        return "push" if method == "PUT" and kind == "manifest" else None
+    if kind == "upload":
+        return "push" if method == "POST" else None
+    if kind == "upload-chunk":
+        # Status (GET), chunks (PATCH), completion (PUT) and cancel (DELETE) of an upload session:
+        # cancelling is part of pushing (go-containerregistry's push check starts and cancels one).
+        return "push" if method in ("GET", "HEAD", "PATCH", "PUT", "DELETE") else None
+    return None
+
+
+def _percent_decoded(text: str) -> Optional[str]:
+    """`text` with %XX and + decoded as Go's url.QueryUnescape does, None where Go would fail."""
+    out, i = bytearray(), 0
+    data = text.encode("utf-8")
+    while i < len(data):
+        byte = data[i]
+        if byte == 0x25:  # %
+            pair = data[i + 1:i + 3]
+            if len(pair) != 2 or not all(chr(c) in "0123456789abcdefABCDEF" for c in pair):
+                return None
+            out.append(int(pair, 16))
+            i += 3
+            continue
+        out.append(0x20 if byte == 0x2B else byte)
+        i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def upload_query(query: str) -> tuple[Optional[dict], str]:
+    """({key: value} of an upload request's query, "") or (None, why it is refused). Strict where Go's
+    url.ParseQuery is lenient, so the gate and distribution cannot read two different `from`s: a
+    pair with `;` or a bad escape, or a repeated key, is refused."""
+    values: dict[str, str] = {}
+    for pair in query.split("&") if query else ():
+        if ";" in pair:
+            return None, "a query with ';' is ambiguous"
+        key, _, value = pair.partition("=")
+        key_text, value_text = _percent_decoded(key), _percent_decoded(value)
+        if key_text is None or value_text is None:
+            return None, "the query has a malformed %-escape"
+        if key_text in values:
+            return None, f"the query repeats {key_text!r}"
+        values[key_text] = value_text
+    return values, ""
+
+
+def repository_matches(pattern: str, name: str) -> bool:
+    """`*` every repository, `<prefix>/*` every repository below `<prefix>/`, else exactly `name`."""
+    if pattern == "*":
+        return True
+    if pattern.endswith("/*"):
+        return name.startswith(pattern[:-1]) and len(name) > len(pattern) - 1
+    return name == pattern
+
+
+def granted(user: User, repository: str, wanted: str, tag: Optional[str] = None) -> bool:
+    """Whether a rule of `user` grants `wanted` (pull, push, overwrite) on `repository`. A rule with
+    `tags` grants push and overwrite only for a manifest PUT by a tag it matches (`tag`); `tag` None
+    is any other push (blobs, uploads, a manifest by digest), which only rules without `tags` grant."""
+    for rule in user.rules:
+        if wanted not in rule.actions or not any(repository_matches(p, repository) for p in rule.repositories):
+            continue
+        if rule.tags is not None and wanted != "pull" and (tag is None or not rule.tags.fullmatch(tag)):
+            continue
+        return True
+    return False
+
+
+def _rights(user: User, wanted: str) -> str:
+    places = sorted({p for rule in user.rules if wanted in rule.actions for p in rule.repositories})
+    return ", ".join(places) if places else "none"
+
+
+def refusal(policy: Policy, username: str, method: str, path: str, query: str, content_type: str) -> Optional[tuple[str, dict]]:
+    """(message, detail) when the gate refuses the request of an authenticated `username`, else
+    None. The manifest-by-tag create-only check needs the registry and is `needs_tag_check`'s."""
+    user = policy.users.get(username)
+    found = route(path)
+    if found is None:
+        return (f"user {username!r}: {method} {path} is not a registry API v2 request this registry serves "
+                "(paths are matched exactly as the registry routes them, unescaped)",
+                {"user": username, "path": path})
+    need = action(found.kind, method)
+    where = {"user": username, "repository": found.name, "action": need or method}
+    if need is None:
+        return f"user {username!r}: {method} is not an operation of {path}", where
+    if user is None:
+        return f"user {username!r} has no rights in this registry", where
+    if need == "login":
+        return None
+    if need == "delete":
+        return (f"user {username!r} may not delete in {found.name!r}: deletes are off in this registry "
+                "(docs/builds.md, \"Image clean-up\")"), where
+    if need == "catalog":
+        return None if user.catalog else (f"user {username!r} may not list the registry's repositories", where)
+    if found.kind in ("upload", "upload-chunk") and method in WRITING_METHODS:
+        media_type = content_type.split(";", 1)[0].strip().lower()
+        if media_type in FORM_TYPES:
+            return (f"user {username!r}: an upload to {found.name!r} with a {media_type} body is refused (the registry "
+                    "would read parameters from it)", where)
+    tag = found.tag if found.kind == "manifest" and method == "PUT" else ""
+    if not granted(user, found.name, need, tag or None):
+        what = f"{need} {found.name}" + (f":{tag}" if tag else "")
+        return f"user {username!r} may not {what} (its {need} rights: {_rights(user, need)})", where
+    if found.kind == "upload" and method == "POST":
+        params, why = upload_query(query)
+        if params is None:
+            return f"user {username!r}: upload to {found.name!r} refused: {why}", where
+        source = params.get("from", "")
+        if params.get("mount") and source and not granted(user, source, "pull"):
+            return (f"user {username!r} may not mount a blob from {source!r} into {found.name!r}: it may not pull "
+                    f"{source!r} (its pull rights: {_rights(user, 'pull')})"), {**where, "from": source}
+    return None
+
+
+def needs_tag_check(policy: Policy, username: str, method: str, path: str) -> Optional[Route]:
+    """The route of a manifest PUT by tag that `username` may only create (no `overwrite`), else None."""
+    found = route(path)
+    if method != "PUT" or found is None or found.kind != "manifest" or not found.tag:
+        return None
+    user = policy.users.get(username) or User()
+    return None if granted(user, found.name, "overwrite", found.tag) else found
+
+
+def tag_refusal(username: str, found: Route, existing: Optional[str], body: bytes) -> Optional[str]:
+    """Why a create-only PUT of `body` under `found.tag` is refused, given the digest the tag has now."""
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    if existing is None or existing == digest:
+        return None
+    return (f"user {username!r} may not move tag {found.name}:{found.tag} from {existing} to {digest}: "
+            "its tags are create-only (docs/security.md, tenant model)")
+
+
+def error_body(code: str, message: str, detail: Optional[dict] = None) -> bytes:
+    """A registry API error body (distribution-spec "Error Codes")."""
+    error = {"code": code, "message": message}
+    if detail:
+        error["detail"] = detail
+    return json.dumps({"errors": [error]}, sort_keys=True).encode()
+
+
+def basic_user(authorization: str) -> Optional[str]:
+    """The user name of a well-formed `Basic <base64 user:password>` header, else None."""
+    scheme, _, encoded = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, colon, _password = base64.b64decode(encoded.strip(), validate=True).decode("utf-8").partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return user if colon and user else None
+
+
+def load_policy(data: dict) -> Policy:
+    """The policy of a JSON document {realm, users: {name: {catalog, rules: [{repositories, actions,
+    tags?}]}}} (components/registry_access.py `gate_policy`), checked whole."""
+    if not isinstance(data, dict) or not isinstance(data.get("users"), dict):
+        raise PolicyError("the policy must be an object with `users`")
+    users = {}
+    for name, entry in data["users"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("rules", []), list):
+            raise PolicyError(f"users.{name}: must be an object with `rules`")
+        rules = []
+        for index, rule in enumerate(entry.get("rules", [])):
+            where = f"users.{name}.rules[{index}]"
+            repositories, actions = rule.get("repositories"), rule.get("actions")
+            if not (isinstance(repositories, list) and repositories and all(isinstance(p, str) and p for p in repositories)):
+                raise PolicyError(f"{where}.repositories: must be a non-empty list of patterns")
+            if not (isinstance(actions, list) and actions and set(actions) <= set(ACTIONS)):
+                raise PolicyError(f"{where}.actions: must be a non-empty list of {', '.join(ACTIONS)}")
+            tags = rule.get("tags")
+            try:
+                pattern = re.compile(tags) if tags is not None else None
+            except (re.error, TypeError) as error:
+                raise PolicyError(f"{where}.tags: not a regular expression ({error})") from None
+            rules.append(Rule(tuple(repositories), frozenset(actions), pattern))
+        users[name] = User(tuple(rules), bool(entry.get("catalog", False)))
+    return Policy(users, str(data.get("realm") or "cloudstation"))
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+class Gate:
+    """What the request handlers share: the policy, the upstream address, the authentication cache
+    and the tag locks."""
+
+    def __init__(self, policy: Policy, upstream: tuple[str, int]):
+        self.policy = policy
+        self.upstream = upstream
+        self._verified: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+        self._tag_locks: dict[str, list] = {}  # "<name>:<tag>" -> [lock, users]
+
+    def verified(self, authorization: str) -> Optional[str]:
+        key = hashlib.sha256(authorization.encode("utf-8", "replace")).hexdigest()
+        with self._lock:
+            user, until = self._verified.get(key, ("", 0.0))
+        return user if until > time.monotonic() else None
+
+    def remember(self, authorization: str, user: str) -> None:
+        key = hashlib.sha256(authorization.encode("utf-8", "replace")).hexdigest()
+        with self._lock:
+            if len(self._verified) >= AUTH_CACHE_ENTRIES:
+                self._verified.clear()
+            self._verified[key] = (user, time.monotonic() + AUTH_CACHE_SECONDS)
+
+    def tag_lock(self, key: str) -> "_TagLock":
+        return _TagLock(self, key)
+
+
+class _TagLock:
+    """One lock per repository:tag, dropped when nobody holds or waits for it."""
+
+    def __init__(self, gate: Gate, key: str):
+        self.gate, self.key = gate, key
+
+    def __enter__(self):
+        with self.gate._lock:
+            entry = self.gate._tag_locks.setdefault(self.key, [threading.Lock(), 0])
+            entry[1] += 1
+        entry[0].acquire()
+        self.entry = entry
+
+    def __exit__(self, *exc):
+        self.entry[0].release()
+        with self.gate._lock:
+            self.entry[1] -= 1
+            if self.entry[1] == 0:
+                self.gate._tag_locks.pop(self.key, None)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "cloudstation-registry-gate"
+    timeout = SOCKET_TIMEOUT_SECONDS  # an idle or dripping client does not hold its thread for ever
+    disable_nagle_algorithm = True
+    gate: Gate  # set on the subclass `serve` makes
+
+    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
+        pass  # one JSON line per request instead (`_log`)
+
+    def _log(self, user: str, status: int, refused: str = "") -> None:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "user": user, "method": self.command,
+                 "path": self.path, "status": status}
+        if refused:
+            entry["refused"] = refused
+        print(json.dumps(entry, sort_keys=True), file=sys.stderr, flush=True)
+
+    # --- answers of the gate itself ---------------------------------------------------------------
+
+    def _answer(self, status: int, body: bytes, headers: Optional[dict] = None, close: bool = False) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            # The body of the refused request is not read: the connection cannot carry another one.
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _unauthorized(self, message: str) -> None:
+        challenge = {"WWW-Authenticate": f'Basic realm="{self.gate.policy.realm}"'}
+        self._answer(401, error_body("UNAUTHORIZED", message), challenge, close=self._has_body())
+        self._log(basic_user(self.headers.get("Authorization") or "") or "", 401, message)
+
+    def _denied(self, user: str, message: str, detail: Optional[dict] = None) -> None:
+        self._answer(403, error_body("DENIED", message, detail), close=True)
+        self._log(user, 403, message)
+
+    def _unavailable(self, user: str, message: str) -> None:
+        self._answer(502, error_body("UNAVAILABLE", message), close=True)
+        self._log(user, 502, message)
+
+    def _has_body(self) -> bool:
+        return bool(self.headers.get("Transfer-Encoding")) or (self.headers.get("Content-Length") or "0") != "0"
+
+    # --- upstream -------------------------------------------------------------------------------
+
+    def _upstream(self) -> http.client.HTTPConnection:
+        connection = getattr(self, "_connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(*self.gate.upstream, timeout=SOCKET_TIMEOUT_SECONDS)
+            self._connection = connection
+        return connection
+
+    def _drop_upstream(self) -> None:
+        connection = getattr(self, "_connection", None)
+        if connection is not None:
+            connection.close()
+        self._connection = None
+
+    def _exchange(self, method: str, target: str, headers: list, body: Optional[Iterator[bytes]] = None,
+                  length: Optional[int] = None) -> http.client.HTTPResponse:
+        """Send one request upstream (streaming `body`: with `length`, as that many bytes, else
+        chunked) and return the answer's head; the caller reads or discards the body. A kept-alive
+        connection the registry closed meanwhile is retried once, when nothing was streamed yet."""
+        for attempt in (1, 2):
+            connection = self._upstream()
+            try:
+                connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+                for name, value in headers:
+                    connection.putheader(name, value)
+                if body is not None and length is None:
+                    connection.putheader("Transfer-Encoding", "chunked")
+                elif body is not None:
+                    connection.putheader("Content-Length", str(length))
+                connection.endheaders()
+                if body is not None:
+                    for piece in body:
+                        if length is None:
+                            if piece:
+                                connection.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        else:
+                            connection.send(piece)
+                    if length is None:
+                        connection.send(b"0\r\n\r\n")
+                return connection.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop_upstream()
+                if attempt == 2 or body is not None:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _authenticate(self, authorization: str) -> Optional[str]:
+        """The user when the registry accepts `authorization` (cached), None when it refuses it."""
+        user = basic_user(authorization)
+        if user is None:
+            return None
+        if self.gate.verified(authorization) == user:
+            return user
+        answer = self._exchange("GET", "/v2/", [("Host", self.headers.get("Host") or "registry"),
+                                                 ("Authorization", authorization)])
+        answer.read()
+        if answer.will_close:
+            self._drop_upstream()
+        if answer.status == 200:
+            self.gate.remember(authorization, user)
+            return user
+        if answer.status == 401:
+            return None
+        raise OSError(f"the registry answered GET /v2/ with HTTP {answer.status}")
+
+    def _existing_digest(self, found: Route, headers: list) -> tuple[Optional[str], int]:
+        """(the digest `found.tag` points at, None when absent; the registry's status)."""
+        ask = [(k, v) for k, v in headers if k.lower() not in ("accept", "content-type", "content-length", "if-none-match")]
+        ask.append(("Accept", ", ".join(MANIFEST_TYPES)))
+        answer = self._exchange("HEAD", f"/v2/{found.name}/manifests/{found.tag}", ask)
+        answer.read()
+        if answer.will_close:
+            self._drop_upstream()
+        if answer.status == 200:
+            return answer.getheader("Docker-Content-Digest") or "", 200
+        return None, answer.status
+
+    # --- the request ------------------------------------------------------------------------------
+
+    def _forward_headers(self) -> list:
+        # Host and Authorization go upstream as the client sent them: distribution builds upload
+        # Locations from Host (registry/api/v2/urls.go NewURLBuilderFromRequest) and authenticates
+        # the client itself.
+        return [(name, value) for name, value in self.headers.items() if name.lower() not in HOP_BY_HOP
+                and name.lower() != "content-length"]
+
+    def _body(self) -> tuple[Optional[Iterator[bytes]], Optional[int]]:
+        """The request body as pieces and its length (None: chunked), as the client framed it."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._chunks(), None
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return None, None
+        if not length.isdigit():
+            raise ValueError("Content-Length is not a number")
+        return self._fixed(int(length)), int(length)
+
+    def _fixed(self, length: int) -> Iterator[bytes]:
+        while length > 0:
+            piece = self.rfile.read(min(CHUNK, length))
+            if not piece:
+                raise ConnectionError("the client closed the connection mid-body")
+            length -= len(piece)
+            yield piece
+
+    def _chunks(self) -> Iterator[bytes]:
+        while True:
+            line = self.rfile.readline(1024)
+            size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return
+            yield from self._fixed(size)
+            self.rfile.readline(8)  # the CRLF after the chunk
+
+    def _relay(self, answer: http.client.HTTPResponse, user: str) -> None:
+        """The registry's answer to the client as it came (hop-by-hop headers aside), streamed."""
+        self.send_response_only(answer.status, answer.reason)
+        length = answer.getheader("Content-Length")
+        bodiless = self.command == "HEAD" or answer.status in (204, 304) or 100 <= answer.status < 200
+        for name, value in answer.getheaders():
+            if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                self.send_header(name, value)
+        if bodiless or length is not None:
+            if length is not None:
+                self.send_header("Content-Length", length)
+            self.end_headers()
+            while not bodiless:
+                piece = answer.read(CHUNK)
+                if not piece:
+                    break
+                self.wfile.write(piece)
+            if bodiless:
+                answer.read()
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while True:
+                piece = answer.read1(CHUNK)
+                if not piece:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        if answer.will_close:
+            self._drop_upstream()
+        self._log(user, answer.status)
+
+    def _handle(self) -> None:
+        target = self.path
+        if target == "/healthz" and self.command in ("GET", "HEAD"):
+            return self._health()
+        path, _, query = target.partition("?")
+        authorization = self.headers.get("Authorization") or ""
+        try:
+            user = self._authenticate(authorization) if authorization else None
+        except (OSError, http.client.HTTPException) as error:
+            self._drop_upstream()
+            return self._unavailable(basic_user(authorization) or "", f"the registry behind the gate is unreachable: {error}")
+        if user is None:
+            return self._unauthorized("authentication required" if not authorization else
+                                      "the registry does not accept these credentials")
+        refused = refusal(self.gate.policy, user, self.command, path, query, self.headers.get("Content-Type") or "")
+        if refused is not None:
+            return self._denied(user, *refused)
+        headers = self._forward_headers()
+        try:
+            found = needs_tag_check(self.gate.policy, user, self.command, path)
+            if found is not None:
+                return self._create_only(user, found, target, headers)
+            body, length = self._body()
+            answer = self._exchange(self.command, target, headers, body, length)
+            self._relay(answer, user)
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            self._drop_upstream()
+            self.close_connection = True
+            try:
+                self._unavailable(user, f"forwarding {self.command} {path} failed: {type(error).__name__}: {error}")
+            except OSError:
+                pass  # the client is gone too
+
+    def _create_only(self, user: str, found: Route, target: str, headers: list) -> None:
+        body, _ = self._body()
+        data = bytearray()
+        for piece in body or ():
+            data += piece
+            if len(data) > MAX_MANIFEST_BYTES:
+                return self._denied(user, f"user {user!r}: the manifest for {found.name}:{found.tag} is larger than "
+                                          f"{MAX_MANIFEST_BYTES} bytes", {"user": user, "repository": found.name})
+        with self.gate.tag_lock(f"{found.name}:{found.tag}"):
+            existing, status = self._existing_digest(found, headers)
+            if status == 401:
+                return self._unauthorized("the registry does not accept these credentials")
+            if status not in (200, 404):
+                return self._unavailable(user, f"cannot tell whether {found.name}:{found.tag} exists: the registry "
+                                               f"answered HEAD with HTTP {status}")
+            why = tag_refusal(user, found, existing, bytes(data))
+            if why is not None:
+                return self._denied(user, why, {"user": user, "repository": found.name, "action": "overwrite",
+                                                "tag": found.tag})
+            answer = self._exchange("PUT", target, headers, iter([bytes(data)]), len(data))
+            self._relay(answer, user)
+
+    def _health(self) -> None:
+        """Ready when the registry behind answers at all (401 without credentials)."""
+        try:
+            answer = self._exchange("GET", "/v2/", [("Host", "registry")])
+            answer.read()
+            self._drop_upstream()
+            ok = answer.status < 500
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
+            ok = False
+        body = json.dumps({"upstream": "ok" if ok else "unreachable"}).encode()
+        self._answer(200 if ok else 503, body)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_OPTIONS = _handle
+
+    def finish(self):
+        self._drop_upstream()
+        super().finish()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def serve(policy: Policy, listen: tuple[str, int], upstream: tuple[str, int]) -> http.server.ThreadingHTTPServer:
+    """A server (not yet serving) for `policy` at `listen`, forwarding to `upstream`."""
+    handler = type("GateHandler", (Handler,), {"gate": Gate(policy, upstream)})
+    host, port = listen
+    if host in ("", "::"):
+        # Every address, IPv4 and IPv6 (a dual-stack pod): one IPv6 socket that also takes IPv4,
+        # or IPv4 alone where the pod has no IPv6.
+        try:
+            server_class = type("DualStack", (_Server,), {"address_family": socket.AF_INET6})
+            server = server_class(("::", port), handler, bind_and_activate=False)
+            server.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            server.server_bind()
+            server.server_activate()
+            return server
+        except OSError:
+            host = "0.0.0.0"
+    return _Server((host, port), handler)
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(description="The registry's authorizing gate (components/registry_gate.py).")
+    parser.add_argument("--policy", required=True, help="the policy JSON file")
+    parser.add_argument("--listen", default=":5000", help="[host]:port to serve (default every address, 5000)")
+    parser.add_argument("--upstream", default="127.0.0.1:5002", help="host:port of the registry behind the gate")
+    options = parser.parse_args(argv)
+    try:
+        with open(options.policy, encoding="utf-8") as policy_file:
+            policy = load_policy(json.load(policy_file))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"registry gate: cannot use the policy {options.policy}: {error}")
+    server = serve(policy, listen_address(options.listen), listen_address(options.upstream))
+    print(json.dumps({"listening": options.listen, "upstream": options.upstream, "users": sorted(policy.users)}),
+          file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

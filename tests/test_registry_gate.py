@@ -1,0 +1,453 @@
+"""The registry's authorizing gate (components/registry_gate.py) and the tenant policy it enforces
+(components/registry_access.py): the path grammar as distribution routes it, the decisions, and the
+gate in front of a real registry (tests/registry_server.py), where every refusal is the server's.
+
+The attack chain of issue 20 ("Why", steps 1-2) is `test_a_tenant_build_cannot_push_to_another_project`,
+`test_a_tenant_build_cannot_push_to_the_platform` and `test_a_build_cannot_move_its_own_tag`; steps 3-4
+are tests/test_entity_build.py and tests/test_promote.py (`..._foreign_digest_...`)."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from components import registry_access as access
+from components import registry_gate as gate
+from components.registry_api import ACCEPT
+from tests.registry_server import RegistryServer, build_oci_image
+
+DEPLOYER = "cloudstation"
+PROJECTS = ("shop", "games", "platform")
+PASSWORDS = {user: f"pw-{user}-0123456789" for user in access.usernames(PROJECTS, DEPLOYER, True)}
+CONTENT_TAG = "0123456789abcdef0123456789abcdef"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def policy(builds_in_cluster: bool = True) -> gate.Policy:
+    return gate.load_policy(access.gate_policy(PROJECTS, DEPLOYER, builds_in_cluster))
+
+
+def decide(user: str, method: str, path: str, query: str = "", content_type: str = "", builds: bool = True):
+    return gate.refusal(policy(builds), user, method, path, query, content_type)
+
+
+# --- the path grammar -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("/v2/", gate.Route("base")),
+    ("/v2/_catalog", gate.Route("catalog")),
+    ("/v2/shop/cart/tags/list", gate.Route("tags", "shop/cart")),
+    ("/v2/shop/cart/manifests/v1", gate.Route("manifest", "shop/cart", "v1")),
+    ("/v2/shop/cart/manifests/sha256:" + "a" * 64, gate.Route("manifest", "shop/cart")),
+    ("/v2/builds/shop/cart/blobs/sha256:" + "b" * 64, gate.Route("blob", "builds/shop/cart")),
+    ("/v2/shop/cart/blobs/uploads/", gate.Route("upload", "shop/cart")),
+    ("/v2/shop/cart/blobs/uploads/0b4e-aa_1.x=", gate.Route("upload-chunk", "shop/cart")),
+    # Names may hold the route's own words: the greedy name takes all but the last one, as mux's regexp.
+    ("/v2/a/manifests/b/manifests/c", gate.Route("manifest", "a/manifests/b", "c")),
+    ("/v2/a/manifests/tags/list", gate.Route("tags", "a/manifests")),
+    ("/v2/a/blobs/uploads/manifests/t", gate.Route("manifest", "a/blobs/uploads", "t")),
+    # A domain[:port] first component (reference.NameRegexp), with capitals, is a name too.
+    ("/v2/Reg.Example:5000/shop/cart/manifests/v1", gate.Route("manifest", "Reg.Example:5000/shop/cart", "v1")),
+    ("/v2/Shop/cart/manifests/v1", gate.Route("manifest", "Shop/cart", "v1")),  # another repository than shop/cart
+])
+def test_paths_are_routed_as_distribution_routes_them(path, expected):
+    assert gate.route(path) == expected
+
+
+@pytest.mark.parametrize("path", [
+    "/v2",                                         # mux redirects (StrictSlash): refused, never forwarded
+    "/v2/shop/cart/manifests/v1/",                 # the same
+    "/v2/shop//cart/manifests/v1",                 # mux cleans the path before routing
+    "/v2/shop/../platform/project-state/manifests/v1",
+    "/v2/shop%2Fcart/manifests/v1",                # Go routes the decoded path
+    "/v2/shop/cart/manifests/sha256:abc",          # digest-shaped, not a digest: distribution makes it a tag
+    "http://registry/v2/shop/cart/manifests/v1",   # absolute-form target
+    "/v2/shop/cart/referrers/sha256:" + "a" * 64,  # not a route of v3.1.1
+    "/debug/vars",
+])
+def test_paths_distribution_would_clean_redirect_or_read_otherwise_are_refused(path):
+    assert gate.route(path) is None
+    refused = decide(DEPLOYER, "GET", path)
+    assert refused is not None and "is not a registry API v2 request" in refused[0]
+
+
+def test_the_grammar_is_distributions_own():
+    """The regular expressions are distribution v3.1.1's (reference v0.6.0 regexp.go, go-digest
+    v1.0.0), read from the module cache when it is there."""
+    from pathlib import Path as P
+
+    source = P.home() / "go/pkg/mod/github.com/distribution/reference@v0.6.0/regexp.go"
+    if source.is_file():
+        text = source.read_text()
+        assert "separator = `(?:[._]|__|[-]+)`" in text
+        assert "tag = `[\\w][\\w.-]{0,127}`" in text
+    assert re.fullmatch(gate.NAME, "a/b-c/d__e/f.g")
+    assert not re.fullmatch(gate.NAME, "a/b_-c")  # one separator kind at a time
+    assert re.fullmatch(gate.TAG, "x" * 128) and not re.fullmatch(gate.TAG, "x" * 129)
+    assert not re.fullmatch(gate.TAG, "é")  # Go's \w is ASCII
+
+
+@pytest.mark.parametrize("kind, method, expected", [
+    ("manifest", "GET", "pull"), ("manifest", "HEAD", "pull"), ("manifest", "PUT", "push"),
+    ("manifest", "DELETE", "delete"), ("manifest", "POST", None),
+    ("blob", "GET", "pull"), ("blob", "DELETE", "delete"), ("blob", "PUT", None),
+    ("upload", "POST", "push"), ("upload", "GET", None),
+    ("upload-chunk", "PATCH", "push"), ("upload-chunk", "PUT", "push"), ("upload-chunk", "GET", "push"),
+    ("upload-chunk", "DELETE", "push"),  # cancelling an upload is part of pushing
+    ("tags", "GET", "pull"), ("catalog", "GET", "catalog"), ("base", "GET", "login"), ("base", "PUT", None),
+])
+def test_each_operation_needs_its_action(kind, method, expected):
+    assert gate.action(kind, method) == expected
+
+
+# --- the decisions --------------------------------------------------------------------------------
+
+MANIFEST = "/v2/{}/manifests/{}"
+
+
+@pytest.mark.parametrize("user, method, path, refused", [
+    ("build-games", "PUT", MANIFEST.format("games/snake", CONTENT_TAG), False),
+    ("build-games", "PUT", MANIFEST.format("shop/cart", CONTENT_TAG), True),
+    ("build-games", "POST", "/v2/shop/cart/blobs/uploads/", True),
+    ("build-games", "PUT", MANIFEST.format("platform/project-state", CONTENT_TAG), True),
+    ("build-games", "GET", MANIFEST.format("shop/cart", CONTENT_TAG), True),   # no reading others' images
+    ("build-games", "GET", "/v2/builds/games/snake/blobs/sha256:" + "a" * 64, False),
+    ("build-games", "GET", "/v2/builds/shop/cart/blobs/sha256:" + "a" * 64, True),
+    ("build-games", "POST", "/v2/builds/games/snake/blobs/uploads/", True),  # contexts are the deployer's
+    ("build-games", "GET", "/v2/_catalog", True),
+    ("build-shop", "PUT", MANIFEST.format("Shop/cart", CONTENT_TAG), True),
+    ("build-shop", "PUT", MANIFEST.format("shop", CONTENT_TAG), True),  # `shop/*` is below shop/ only
+    ("build-platform", "PUT", MANIFEST.format("platform/project-state", CONTENT_TAG), False),
+    ("pull-shop", "GET", MANIFEST.format("shop/cart", "sha256:" + "c" * 64), False),
+    ("pull-shop", "PUT", MANIFEST.format("shop/cart", "v1"), True),
+    ("pull-shop", "GET", MANIFEST.format("games/snake", "v1"), True),
+    ("pull-shop", "GET", "/v2/builds/shop/cart/tags/list", True),
+    (DEPLOYER, "GET", MANIFEST.format("games/snake", "v1"), False),
+    (DEPLOYER, "PUT", MANIFEST.format("builds/shop/cart", CONTENT_TAG), False),
+    (DEPLOYER, "PUT", MANIFEST.format("shop/cart", "prod-20260304T050607Z"), False),
+    (DEPLOYER, "PUT", MANIFEST.format("shop/cart", CONTENT_TAG), True),   # only builds write content tags
+    (DEPLOYER, "POST", "/v2/shop/cart/blobs/uploads/", True),
+    (DEPLOYER, "GET", "/v2/_catalog", False),
+    (DEPLOYER, "DELETE", MANIFEST.format("shop/cart", "sha256:" + "c" * 64), True),
+    ("build-shop", "DELETE", "/v2/shop/cart/blobs/sha256:" + "c" * 64, True),
+    ("nobody", "GET", "/v2/", True),
+])
+def test_each_user_reaches_exactly_its_repositories(user, method, path, refused):
+    assert (decide(user, method, path) is not None) == refused, decide(user, method, path)
+
+
+def test_with_local_builds_the_deployer_pushes_images_create_only_and_there_are_no_build_users():
+    assert decide(DEPLOYER, "PUT", MANIFEST.format("shop/cart", CONTENT_TAG), builds=False) is None
+    assert decide(DEPLOYER, "POST", "/v2/shop/cart/blobs/uploads/", builds=False) is None
+    assert gate.needs_tag_check(policy(False), DEPLOYER, "PUT", MANIFEST.format("shop/cart", CONTENT_TAG))
+    assert not any(user.startswith("build-") for user in access.usernames(PROJECTS, DEPLOYER, False))
+
+
+def test_refusals_name_the_user_the_repository_and_the_action():
+    message, detail = decide("build-games", "PUT", MANIFEST.format("shop/cart", CONTENT_TAG))
+    assert message == f"user 'build-games' may not push shop/cart:{CONTENT_TAG} (its push rights: games/*)"
+    assert detail == {"user": "build-games", "repository": "shop/cart", "action": "push"}
+    message, _ = decide("pull-shop", "DELETE", MANIFEST.format("shop/cart", "sha256:" + "c" * 64))
+    assert "'pull-shop' may not delete in 'shop/cart': deletes are off" in message
+
+
+def test_only_builders_and_the_deployers_content_tags_are_create_only():
+    tagged = MANIFEST.format("games/snake", CONTENT_TAG)
+    assert gate.needs_tag_check(policy(), "build-games", "PUT", tagged) == gate.Route("manifest", "games/snake", CONTENT_TAG)
+    assert gate.needs_tag_check(policy(), "build-games", "PUT", MANIFEST.format("games/snake", "sha256:" + "a" * 64)) is None
+    assert gate.needs_tag_check(policy(), DEPLOYER, "PUT", MANIFEST.format("shop/cart", "prod")) is None  # a moving tag
+    assert gate.needs_tag_check(policy(), DEPLOYER, "PUT", MANIFEST.format("builds/shop/cart", CONTENT_TAG))
+
+
+def test_a_tag_may_be_created_or_written_again_with_its_own_digest_but_not_moved():
+    found = gate.Route("manifest", "games/snake", CONTENT_TAG)
+    body = b'{"schemaVersion":2}'
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    assert gate.tag_refusal("build-games", found, None, body) is None
+    assert gate.tag_refusal("build-games", found, digest, body) is None
+    other = "sha256:" + "f" * 64
+    assert gate.tag_refusal("build-games", found, other, body) == (
+        f"user 'build-games' may not move tag games/snake:{CONTENT_TAG} from {other} to {digest}: its tags are "
+        "create-only (docs/security.md, tenant model)")
+
+
+@pytest.mark.parametrize("query, refused", [
+    ("mount=sha256:" + "a" * 64 + "&from=games/snake", False),
+    ("mount=sha256:" + "a" * 64 + "&from=shop/cart", True),
+    ("mount=sha256:" + "a" * 64 + "&fr%6Fm=shop/cart", True),        # Go decodes keys too
+    ("mount=sha256:" + "a" * 64 + "&from=games/snake&from=shop/cart", True),  # which one would Go take?
+    ("mount=sha256:" + "a" * 64 + "&from=shop%2",  True),            # a bad escape: Go drops the pair
+    ("mount=x;from=shop/cart", True),
+    ("digest=sha256:" + "a" * 64, False),
+    ("", False),
+])
+def test_a_cross_repository_mount_needs_pull_on_its_source(query, refused):
+    assert (decide("build-games", "POST", "/v2/games/snake/blobs/uploads/", query) is not None) == refused
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "Multipart/Form-Data; boundary=x"])
+def test_an_upload_with_a_form_body_is_refused(content_type):
+    """distribution reads `mount` and `from` with r.FormValue, which reads a form body too."""
+    message, _ = decide("build-games", "POST", "/v2/games/snake/blobs/uploads/", "", content_type)
+    assert "body is refused" in message
+
+
+def test_a_malformed_policy_is_named():
+    with pytest.raises(gate.PolicyError, match=r"users.x.rules\[0\].actions: must be a non-empty list of pull, push"):
+        gate.load_policy({"users": {"x": {"rules": [{"repositories": ["a/*"], "actions": ["delete"]}]}}})
+    with pytest.raises(gate.PolicyError, match="users.x.rules\\[0\\].tags: not a regular expression"):
+        gate.load_policy({"users": {"x": {"rules": [{"repositories": ["a/*"], "actions": ["push"], "tags": "("}]}}})
+
+
+def test_the_gate_imports_only_the_standard_library():
+    """Its container has the python image and nothing else (the tests below also run it with -I)."""
+    source = Path(gate.__file__).read_text()
+    imported = {name.split(".")[0] for name in re.findall(r"^\s*(?:from|import) ([\w.]+)", source, re.M)}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+
+
+# --- against a real registry ----------------------------------------------------------------------
+
+
+def login(user: str) -> tuple[str, str]:
+    return user, PASSWORDS[user]
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    users = dict(PASSWORDS)
+    deployer_password = users.pop(DEPLOYER)
+    with RegistryServer(tmp_path_factory.mktemp("gated"), username=DEPLOYER, password=deployer_password, users=users,
+                        policy=access.gate_policy(PROJECTS, DEPLOYER, True), delete_enabled=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    layout = tmp_path_factory.mktemp("layout")
+    return {name: build_oci_image(layout, name, f"payload of {name}".encode() * 50) for name in ("one", "two", "three")}
+
+
+@pytest.fixture(scope="module")
+def seeded(gated, images) -> dict[str, str]:
+    """Each project's build pushed its own image: shop/cart and games/snake at CONTENT_TAG."""
+    return {"shop/cart": gated.push(images["one"], "shop/cart", CONTENT_TAG, as_user="build-shop"),
+            "games/snake": gated.push(images["three"], "games/snake", CONTENT_TAG, as_user="build-games")}
+
+
+def manifest_of(registry: RegistryServer, repository: str, reference: str) -> tuple[bytes, str]:
+    answer = requests.get(f"{registry.url}/v2/{repository}/manifests/{reference}", headers={"Accept": ACCEPT},
+                          auth=login(DEPLOYER), timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.content, answer.headers["Content-Type"]
+
+
+def errors(answer: requests.Response) -> list[dict]:
+    return answer.json()["errors"]
+
+
+def test_anonymous_and_wrong_passwords_get_the_challenge(gated):
+    answer = requests.get(f"{gated.url}/v2/", timeout=5)
+    assert answer.status_code == 401 and answer.headers["WWW-Authenticate"] == 'Basic realm="cloudstation"'
+    assert errors(answer)[0]["code"] == "UNAUTHORIZED"
+    wrong = requests.get(f"{gated.url}/v2/shop/cart/tags/list", auth=("pull-shop", "wrong"), timeout=5)
+    assert wrong.status_code == 401 and errors(wrong)[0]["code"] == "UNAUTHORIZED"
+    assert requests.get(f"{gated.url}/v2/", auth=login("pull-shop"), timeout=5).status_code == 200
+
+
+def test_a_tenant_build_cannot_push_to_another_project(gated, images, seeded):
+    """Issue 20 step 2: project games's build credential pushing to shop/cart, refused by the server."""
+    victim = seeded["shop/cart"]
+    pushed = gated.skopeo_copy(images["two"], "shop/cart", CONTENT_TAG, as_user="build-games")
+    assert pushed.returncode != 0
+    assert "403 (Forbidden)" in pushed.stderr, pushed.stderr
+    future = gated.skopeo_copy(images["two"], "shop/cart", "f" * 32, as_user="build-games")  # a future content tag
+    assert future.returncode != 0
+    assert gated.digest_of("shop/cart", CONTENT_TAG) == victim and gated.digest_of("shop/cart", "f" * 32) is None
+
+
+def test_a_tenant_build_cannot_push_to_the_platform(gated, images, seeded):
+    """Issue 20 step 2: ... or to platform/project-state."""
+    pushed = gated.skopeo_copy(images["two"], "platform/project-state", CONTENT_TAG, as_user="build-games")
+    assert pushed.returncode != 0
+    assert gated.digest_of("platform/project-state", CONTENT_TAG) is None
+    # Straight at the API: the refusal is a registry error body naming user, repository and action.
+    answer = requests.post(f"{gated.url}/v2/platform/project-state/blobs/uploads/", auth=login("build-games"), timeout=5)
+    assert answer.status_code == 403
+    assert errors(answer) == [{"code": "DENIED", "message": "user 'build-games' may not push platform/project-state "
+                               "(its push rights: games/*)", "detail": {"user": "build-games",
+                               "repository": "platform/project-state", "action": "push"}}]
+
+
+def test_a_build_cannot_move_its_own_tag(gated, images, seeded):
+    """Issue 20 step 2: ... or over its own existing tag; the same digest again is an idempotent retry."""
+    first = seeded["games/snake"]
+    assert gated.skopeo_copy(images["three"], "games/snake", CONTENT_TAG, as_user="build-games").returncode == 0
+    moved = gated.skopeo_copy(images["two"], "games/snake", CONTENT_TAG, as_user="build-games")
+    assert moved.returncode != 0
+    assert gated.digest_of("games/snake", CONTENT_TAG) == first
+    body, media_type = manifest_of(gated, "games/snake", first)
+    # The other image's manifest, straight at the API (skopeo uploaded its blobs before its PUT was refused).
+    other = (images["two"].layout / "blobs" / "sha256" / images["two"].digest[7:]).read_bytes()
+    answer = requests.put(f"{gated.url}/v2/games/snake/manifests/{CONTENT_TAG}", data=other,
+                          headers={"Content-Type": media_type}, auth=login("build-games"), timeout=5)
+    assert answer.status_code == 403
+    assert errors(answer)[0]["message"] == (
+        f"user 'build-games' may not move tag games/snake:{CONTENT_TAG} from {first} to "
+        f"sha256:{hashlib.sha256(other).hexdigest()}: its tags are create-only (docs/security.md, tenant model)")
+    again = requests.put(f"{gated.url}/v2/games/snake/manifests/{CONTENT_TAG}", data=body,
+                         headers={"Content-Type": media_type}, auth=login("build-games"), timeout=5)
+    assert again.status_code == 201 and again.headers["Docker-Content-Digest"] == first
+
+
+def test_two_concurrent_creates_of_one_tag_cannot_both_win(gated, images):
+    gated.push(images["one"], "games/race", "base-one", as_user="build-games")
+    gated.push(images["two"], "games/race", "base-two", as_user="build-games")
+    bodies = [manifest_of(gated, "games/race", tag) for tag in ("base-one", "base-two")]
+    barrier = threading.Barrier(2)
+
+    def put(tag, body_and_type):
+        barrier.wait()
+        body, media_type = body_and_type
+        return requests.put(f"{gated.url}/v2/games/race/manifests/{tag}", data=body,
+                            headers={"Content-Type": media_type}, auth=login("build-games"), timeout=10).status_code
+
+    for tag in ("c" * 32, "b" * 32, "a" * 32):
+        with ThreadPoolExecutor(2) as pool:
+            statuses = sorted(pool.map(put, [tag, tag], bodies))
+        assert statuses == [201, 403], tag
+
+
+def test_the_deployer_creates_and_moves_promotion_tags_but_writes_no_content_tag(gated, seeded):
+    digest = gated.digest_of("shop/cart", CONTENT_TAG)
+    body, media_type = manifest_of(gated, "shop/cart", digest)
+    for tag in ("prod-20260304T050607Z", "prod", "prod"):
+        answer = requests.put(f"{gated.url}/v2/shop/cart/manifests/{tag}", data=body, headers={"Content-Type": media_type},
+                              auth=login(DEPLOYER), timeout=5)
+        assert answer.status_code == 201, answer.text
+    answer = requests.put(f"{gated.url}/v2/shop/cart/manifests/{'e' * 32}", data=body,
+                          headers={"Content-Type": media_type}, auth=login(DEPLOYER), timeout=5)
+    assert answer.status_code == 403
+
+
+def test_pull_credentials_read_only_their_project(gated, seeded):
+    digest = gated.digest_of("shop/cart", CONTENT_TAG)
+    ok = requests.get(f"{gated.url}/v2/shop/cart/manifests/{digest}", headers={"Accept": ACCEPT},
+                      auth=login("pull-shop"), timeout=5)
+    assert ok.status_code == 200
+    assert requests.get(f"{gated.url}/v2/games/snake/tags/list", auth=login("pull-shop"), timeout=5).status_code == 403
+    assert requests.post(f"{gated.url}/v2/shop/cart/blobs/uploads/", auth=login("pull-shop"), timeout=5).status_code == 403
+
+
+def test_a_mount_from_a_repository_the_user_cannot_pull_is_refused(gated, seeded):
+    digest = gated.digest_of("shop/cart", CONTENT_TAG)
+    body, _ = manifest_of(gated, "shop/cart", digest)
+    layer = json.loads(body)["layers"][0]["digest"]
+    url = f"{gated.url}/v2/games/loot/blobs/uploads/"
+    refused = requests.post(url, params={"mount": layer, "from": "shop/cart"}, auth=login("build-games"), timeout=5)
+    assert refused.status_code == 403 and "may not mount a blob from 'shop/cart'" in errors(refused)[0]["message"]
+    # The same through a form body, which distribution would read.
+    form = requests.post(url, data={"mount": layer, "from": "shop/cart"}, auth=login("build-games"), timeout=5)
+    assert form.status_code == 403
+    assert requests.head(f"{gated.url}/v2/games/loot/blobs/{layer}", auth=login("build-games"), timeout=5).status_code == 404
+    # Within its own project a mount is fine: distribution answers 201 Created.
+    own = gated.digest_of("games/snake", CONTENT_TAG)
+    own_layer = json.loads(manifest_of(gated, "games/snake", own)[0])["layers"][0]["digest"]
+    mounted = requests.post(url, params={"mount": own_layer, "from": "games/snake"}, auth=login("build-games"), timeout=5)
+    assert mounted.status_code == 201, mounted.text
+
+
+def test_deletes_and_the_catalog_are_refused_to_tenants(gated, seeded):
+    digest = gated.digest_of("games/snake", CONTENT_TAG)
+    for user in ("build-games", DEPLOYER):
+        answer = requests.delete(f"{gated.url}/v2/games/snake/manifests/{digest}", auth=login(user), timeout=5)
+        assert answer.status_code == 403 and errors(answer)[0]["code"] == "DENIED"
+    assert requests.get(f"{gated.url}/v2/_catalog", auth=login("build-games"), timeout=5).status_code == 403
+    catalog = requests.get(f"{gated.url}/v2/_catalog", auth=login(DEPLOYER), timeout=5)
+    assert catalog.status_code == 200 and "shop/cart" in catalog.json()["repositories"]
+
+
+def test_upstream_answers_pass_through(gated, seeded):
+    missing = requests.get(f"{gated.url}/v2/shop/cart/manifests/nope", headers={"Accept": ACCEPT},
+                           auth=login("pull-shop"), timeout=5)
+    assert missing.status_code == 404 and errors(missing)[0]["code"] == "MANIFEST_UNKNOWN"
+    invalid = requests.put(f"{gated.url}/v2/games/snake/manifests/{'d' * 32}", data=b"not json",
+                           headers={"Content-Type": OCI_MANIFEST}, auth=login("build-games"), timeout=5)
+    assert invalid.status_code == 400 and errors(invalid)[0]["code"] == "MANIFEST_INVALID"
+
+
+def test_blobs_stream_through_the_gate_both_ways(gated):
+    """A 48 MiB blob uploaded in one chunked PATCH and read back: the gate's memory stays far below it."""
+    size, piece = 48 << 20, bytes(range(256)) * 4096  # 1 MiB
+    digest = "sha256:" + hashlib.sha256(piece * (size // len(piece))).hexdigest()
+    auth = login("build-games")
+    start = requests.post(f"{gated.url}/v2/games/big/blobs/uploads/", auth=auth, timeout=10)
+    assert start.status_code == 202, start.text
+    location = start.headers["Location"]
+    patched = requests.patch(location, data=(piece for _ in range(size // len(piece))), auth=auth, timeout=60,
+                             headers={"Content-Type": "application/octet-stream"})
+    assert patched.status_code == 202, patched.text
+    done = requests.put(patched.headers["Location"], params={"digest": digest}, auth=auth, timeout=30)
+    assert done.status_code == 201, done.text
+    read = hashlib.sha256()
+    with requests.get(f"{gated.url}/v2/games/big/blobs/{digest}", auth=auth, stream=True, timeout=60) as answer:
+        assert answer.status_code == 200
+        for chunk in answer.iter_content(1 << 20):
+            read.update(chunk)
+    assert "sha256:" + read.hexdigest() == digest
+    peak_kib = int(re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{gated.gate.pid}/status").read_text())[1])
+    assert peak_kib < 40 * 1024, f"the gate held {peak_kib} KiB at its peak"
+
+
+def test_the_gate_answers_its_health_check_without_credentials(gated):
+    answer = requests.get(f"{gated.url}/healthz", timeout=5)
+    assert answer.status_code == 200 and answer.json() == {"upstream": "ok"}
+
+
+def test_the_gate_refuses_to_start_on_a_bad_policy(tmp_path):
+    (tmp_path / "policy.json").write_text(json.dumps({"users": {"x": {"rules": [{"repositories": [], "actions": []}]}}}))
+    done = subprocess.run([sys.executable, "-I", gate.__file__, "--policy", str(tmp_path / "policy.json")],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "cannot use the policy" in done.stderr and "users.x.rules[0].repositories" in done.stderr
+
+
+def test_garbage_collection_and_retention_work_with_the_gate_in_front(tmp_path, images):
+    """docs/builds.md "Image clean-up": with deletes off, removing a repository's tags on the storage
+    and running `garbage-collect --delete-untagged` frees its blobs; the kept images still pull
+    through the gate after the restart."""
+    users = dict(PASSWORDS)
+    with RegistryServer(tmp_path / "registry", username=DEPLOYER, password=users.pop(DEPLOYER), users=users,
+                        policy=access.gate_policy(PROJECTS, DEPLOYER, True), delete_enabled=False) as registry:
+        kept = registry.push(images["one"], "shop/cart", CONTENT_TAG, as_user="build-shop")
+        gone = registry.push(images["three"], "shop/old", CONTENT_TAG, as_user="build-shop")
+        gone_layer = json.loads(manifest_of(registry, "shop/old", gone)[0])["layers"][0]["digest"]
+        storage = tmp_path / "registry" / "data" / "docker" / "registry" / "v2"
+        blob_file = storage / "blobs" / "sha256" / gone_layer[7:9] / gone_layer[7:] / "data"
+        assert blob_file.is_file()
+        registry.stop()
+        import shutil
+
+        # What docs/builds.md says to remove: the old image's tag (the whole tags directory would fail the run).
+        shutil.rmtree(storage / "repositories" / "shop" / "old" / "_manifests" / "tags" / CONTENT_TAG)
+        from tests.registry_server import REGISTRY_BINARY
+
+        collected = subprocess.run([REGISTRY_BINARY, "garbage-collect", "--delete-untagged", str(registry.config_file())],
+                                   capture_output=True, text=True, timeout=60)
+        assert collected.returncode == 0, collected.stdout + collected.stderr
+        assert not blob_file.exists()
+        registry.start()
+        assert registry.digest_of("shop/cart", CONTENT_TAG) == kept
+        pulled = requests.get(f"{registry.url}/v2/shop/cart/manifests/{kept}", headers={"Accept": ACCEPT},
+                              auth=login("pull-shop"), timeout=5)
+        assert pulled.status_code == 200
