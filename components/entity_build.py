@@ -4,7 +4,9 @@
 (`pulumi-python:dynamic/builds:EntityBuild`) whose provider makes sure the image
 `<repository>:<contentTag>` exists in the registry and returns its digest:
 
-1. the registry already has the tag -> its digest, no job (an unchanged entity costs one HEAD);
+1. the registry already has the tag -> its digest, no job (an unchanged entity costs one HEAD), but
+   only where that tag can only have come from this project's own build (`adoptExisting`, see
+   "Digests are never switched silently" below);
 2. else the provider recomputes the context tar (components/build_context.py) and checks its digest
    against `contextDigest`, the one the program put in the job's pod spec; uploads it as an OCI
    artifact (`contextRepository:<contentTag>`, blobs the registry already has are not sent again);
@@ -46,6 +48,19 @@ Engine behaviour relied on (pulumi 3.272.0 as installed, pulumi/pulumi source at
 The registry API (tag check, context upload, digest) is reached at `registryUrl`, or, with
 `registryTunnel`, through a port-forward through the Kubernetes API to a Ready registry pod
 (components/kube_tunnel.py): no port-forward on the deployer's machine (docs/builds.md).
+
+Digests are never switched silently (issue 20 item 3). The state records the digest a build
+produced; a tag that later resolves to another digest (on `pulumi refresh`, or an update such as a
+change of registry access) is an error naming both, and nothing changes. On create an existing tag
+is taken only with `adoptExisting`, which the program sets for the managed registry alone
+(infra/builds.py), because there the tag's only possible writer is a build of the same project:
+the gate in front of it (components/registry_gate.py, policy of components/registry_access.py)
+lets `<project>/*` be pushed by that project's build user only, never another project's or a pull
+user, tags are create-only for it, and the deployer's user may not write a content tag
+(`<32 hex>`) with in-cluster builds; distribution itself listens on the pod's loopback only. So an
+existing `<project>/<entity>:<content tag>` was pushed by a build of `<project>` (of this entity,
+or, by its own project's code, of another of its entities), never by another tenant. Elsewhere (an
+external registry, whose rights this program does not set) an existing tag is refused.
 
 Delete removes nothing: images are shared by digest with prod (promotion tags them, it does not
 copy them), and a rollback needs old images. The managed registry has API deletes off
@@ -248,6 +263,30 @@ def tunnel_problem(tunnel: Any) -> Optional[str]:
     return None
 
 
+def moved_problem(props: dict, digest: str, recorded: Optional[str]) -> Optional[str]:
+    """Why a tag resolving to `digest` cannot be taken when the state records `recorded` (None: nothing
+    recorded yet), or None."""
+    if recorded is None or digest == recorded:
+        return None
+    image = f"{props['repository']}:{props['contentTag']}"
+    return (f"{image}: the registry's tag now resolves to {digest}, but this stack built and recorded {recorded}; "
+            "a digest is never switched silently, so nothing was changed. Someone moved the tag: find out who "
+            "(the registry gate's log names the user of every write), then remove the tag from the registry's storage "
+            "(docs/builds.md, \"Image clean-up\") so that the next `pulumi up` builds it again")
+
+
+def foreign_problem(props: dict, digest: str) -> Optional[str]:
+    """Why an existing tag found on create cannot be taken (no `adoptExisting`: this registry's rights
+    do not make the project's own builds the tag's only possible writer), or None."""
+    if props.get("adoptExisting"):
+        return None
+    image = f"{props['repository']}:{props['contentTag']}"
+    return (f"{image} is already in the registry at {props['registryUrl']} ({digest}) before this stack built it, "
+            "and this registry's rights do not make the project's own builds its only possible writer (adoptExisting "
+            "is off): refusing to deploy an image whose build and tests this stack did not see. Remove the tag and "
+            "run `pulumi up` again to build it")
+
+
 def _registry(props: dict):
     """The registry client: through `registryTunnel` (a port-forward through the Kubernetes API to
     a Ready registry pod, components/kube_tunnel.py; `registryUrl` then only names the Host) when
@@ -294,8 +333,8 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         outs = self._ensure(props)
         return dynamic.CreateResult(id_=f"{props['repository']}:{props['contentTag']}", outs=outs)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        return dynamic.UpdateResult(outs=self._ensure(news))
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        return dynamic.UpdateResult(outs=self._ensure(news, recorded=olds.get("digest") or None))
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         repository, tag = props["repository"], props["contentTag"]
@@ -303,6 +342,9 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         if digest is None:
             log(f"{repository}:{tag} is no longer in the registry; the next `pulumi up` builds it again", "warn")
             return dynamic.ReadResult(id_="", outs={})
+        moved = moved_problem(props, digest, props.get("digest") or None)
+        if moved:
+            raise BuildFailed(moved)
         return dynamic.ReadResult(id_=id_, outs={**props, "digest": digest,
                                                  "ref": image_ref(props["pullHost"], repository, tag, digest)})
 
@@ -311,7 +353,8 @@ class EntityBuildProvider(dynamic.ResourceProvider):
 
     # --- create/update ----------------------------------------------------------------------------
 
-    def _ensure(self, props: dict[str, Any]) -> dict[str, Any]:
+    def _ensure(self, props: dict[str, Any], recorded: Optional[str] = None) -> dict[str, Any]:
+        """Create (`recorded` None) or update (`recorded`: the digest the state holds)."""
         failures = problems(props)
         if failures:
             raise BuildFailed("; ".join(f"{key} {reason}" for key, reason in failures))
@@ -321,6 +364,9 @@ class EntityBuildProvider(dynamic.ResourceProvider):
         digest = registry.manifest_digest(repository, tag)
         job_id = ""
         if digest is not None:
+            refused = moved_problem(props, digest, recorded) or (None if recorded else foreign_problem(props, digest))
+            if refused:
+                raise BuildFailed(refused)
             log(f"{image}: already in the registry ({digest}), nothing to build")
         else:
             self._upload_context(props, registry)
@@ -535,6 +581,9 @@ class EntityBuildArgs:
     """`{namespace, selector, port[, context]}`: reach the registry API through a port-forward
     through the Kubernetes API to a Ready pod matching `selector` (components/kube_tunnel.py), no
     listener on this machine; None: straight to `registry_url`. Not a replacing input."""
+    adopt_existing: bool = False
+    """On create, take a tag the registry already has: only where the registry's rights make this
+    project's own builds its only possible writer (the managed registry's gate; module docstring)."""
 
 
 def build_props(args: EntityBuildArgs) -> dict:
@@ -564,6 +613,8 @@ def build_props(args: EntityBuildArgs) -> dict:
         props["binocularsUrl"] = args.binoculars_url
     if args.registry_tunnel:
         props["registryTunnel"] = args.registry_tunnel
+    if args.adopt_existing:
+        props["adoptExisting"] = True
     return props
 
 

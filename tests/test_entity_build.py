@@ -132,6 +132,8 @@ def props_for(context: Path, registry_url: str, registry_auth: str, armada_url: 
         "armadaUrl": armada_url, "armadaAuthorization": ARMADA_AUTH, "queue": QUEUE, "jobSetId": JOB_SET,
         "jobItem": job_item_text(job_item(context_repository, digest, tag)), "builder": builder,
         "timeoutSeconds": 20, "pollSeconds": 0.05,
+        # As for the managed registry, whose gate leaves the project's own builds the only writer.
+        "adoptExisting": True,
     }
     return {**props, **overrides}
 
@@ -409,6 +411,56 @@ def test_new_registry_access_is_an_update_that_refresh_then_uses(registry, tmp_p
     assert read.outs["digest"] == digest and read.outs["registryUrl"] == registry.url
 
 
+def test_a_tag_found_on_create_is_taken_only_where_the_projects_own_builds_are_its_only_writer(registry, tmp_path, logged):
+    """Issue 20 step 3: without `adoptExisting` (a registry whose rights this program does not set), a
+    tag someone else pushed before the build is refused, not deployed untested."""
+    context = make_context(tmp_path / "cart", extra="// foreign\n")
+    with armada_with() as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url, adoptExisting=False)
+        foreign = push_image(registry, tmp_path, "shop/cart", props["contentTag"], b"pushed by another tenant")
+        with pytest.raises(BuildFailed) as error:
+            EntityBuildProvider().create(props)
+        assert armada.requests == []
+    assert str(error.value) == (
+        f"shop/cart:{props['contentTag']} is already in the registry at {registry.url} ({foreign}) before this stack "
+        "built it, and this registry's rights do not make the project's own builds its only possible writer "
+        "(adoptExisting is off): refusing to deploy an image whose build and tests this stack did not see. Remove the "
+        "tag and run `pulumi up` again to build it")
+    taken = EntityBuildProvider().create({**props, "adoptExisting": True})
+    assert taken.outs["digest"] == foreign
+
+
+def moved_tag(registry, tmp_path, name: str) -> tuple[dict, str, str]:
+    """An EntityBuild's recorded outputs (digest `built`) whose tag then moved to `moved`."""
+    context = make_context(tmp_path / name, extra=f"// {name}\n")
+    props = props_for(context, registry.url, basic(registry), "http://127.0.0.1:1")  # Armada: any job would fail
+    built = push_image(registry, tmp_path, "shop/cart", props["contentTag"], f"built {name}".encode())
+    moved = push_image(registry, tmp_path / "other", "shop/cart", props["contentTag"], f"moved {name}".encode())
+    assert built != moved
+    return {**props, "digest": built, "ref": "recorded", "jobId": "j-1"}, built, moved
+
+
+def test_refresh_never_switches_a_recorded_digest(registry, tmp_path, logged):
+    """Issue 20 step 3: `pulumi refresh` used to take whatever digest the tag had."""
+    outs, built, moved = moved_tag(registry, tmp_path, "refreshed")
+    with pytest.raises(BuildFailed) as error:
+        EntityBuildProvider().read(f"shop/cart:{outs['contentTag']}", outs)
+    assert f"the registry's tag now resolves to {moved}, but this stack built and recorded {built}" in str(error.value)
+    assert "nothing was changed" in str(error.value)
+
+
+def test_an_update_never_switches_a_recorded_digest(registry, tmp_path, logged):
+    """... nor an update, e.g. after rotating the registry password (a change of registry access)."""
+    outs, built, moved = moved_tag(registry, tmp_path, "updated")
+    news = {k: v for k, v in outs.items() if k not in ("digest", "ref", "jobId")}
+    news["registryAuthorization"] = basic(registry) + " "  # rotated credentials: an update, no replacement
+    assert EntityBuildProvider().diff("id", outs, news).replaces == []
+    with pytest.raises(BuildFailed, match=f"resolves to {moved}, but this stack built and recorded {built}"):
+        EntityBuildProvider().update("id", outs, news)
+    same = EntityBuildProvider().update("id", {**outs, "digest": moved}, news)  # a recorded digest still there is fine
+    assert same.outs["digest"] == moved
+
+
 def test_delete_removes_nothing(tmp_path):
     # Every URL points at a closed port: any request would raise.
     props = props_for(make_context(tmp_path / "cart"), "http://127.0.0.1:1", "Basic eDp5", "http://127.0.0.1:1")
@@ -590,7 +642,7 @@ def test_the_component_wraps_one_dynamic_build_with_secret_credentials(mocked, t
         push_ref=props["pushRef"], pull_host="localhost:32000", registry_url=props["registryUrl"],
         registry_authorization="Basic eDp5", armada_url=props["armadaUrl"], armada_authorization=ARMADA_AUTH,
         queue=QUEUE, job_set_id=JOB_SET, job_item=job_item_of(props), builder=props["builder"],
-        timeout_seconds=600, poll_seconds=2, binoculars_url="http://127.0.0.1:3",
+        timeout_seconds=600, poll_seconds=2, binoculars_url="http://127.0.0.1:3", adopt_existing=True,
     )
     outputs = run_mocked(lambda: {"ref": (build := entity_build.EntityBuild("shop-cart", args)).ref,
                                   "digest": build.digest})

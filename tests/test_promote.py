@@ -1250,3 +1250,59 @@ def test_every_refusal_has_a_test_of_its_remedy():
     for _, tests in REMEDY_TESTS.values():
         for name in tests:
             assert callable(globals().get(name)), name
+
+
+# --- through the registry's gate (issue 20, attack chain step 4) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """The managed registry as deployed: distribution behind the gate, the deployer promoting
+    (components/registry_access.py: pull everything, create and move tags that are not content tags)."""
+    from components.registry_access import gate_policy, usernames
+    from tests.registry_server import RegistryServer
+
+    projects = sorted({key.split("/", 1)[0] for key in stack_file.image_slots(REPO_PROD)})
+    users = {user: f"pw-{user}-for-promotion" for user in usernames(projects, USERNAME, True) if user != USERNAME}
+    with RegistryServer(tmp_path_factory.mktemp("gated"), users=users, policy=gate_policy(projects, USERNAME, True),
+                        delete_enabled=False) as server:
+        yield server
+
+
+def test_promotion_carries_the_test_stacks_digest_never_what_a_tag_says_now(gated, root, tmp_path, monkeypatch):
+    """Each project's build pushed its image; the test stack's `images` output pins those digests. A
+    tag moved afterwards (here past the gate, as on a registry without it: through the gate a build's
+    tag cannot move, tests/test_registry_gate.py) changes nothing: promotion tags and writes the test
+    stack's digests, and refuses a digest the registry does not hold."""
+    monkeypatch.setenv(registry_api.USERNAME_ENV, USERNAME)
+    monkeypatch.setenv(registry_api.PASSWORD_ENV, PASSWORD)
+    monkeypatch.setenv(registry_api.HOST_ENV, NODE_HOST)
+    monkeypatch.setenv(registry_api.ADDRESSES_ENV, f"{NODE_HOST}={gated.host}")
+    content_tag = "0123456789abcdef0123456789abcdef"
+    images, moved = {}, {}
+    for key in stack_file.image_slots(REPO_PROD):
+        project = key.split("/", 1)[0]
+        repository = entity_repository(PREFIX, *key.split("/", 1))
+        built = gated.push(build_oci_image(tmp_path / "built", key.replace("/", "-"), f"{key} built".encode()),
+                           repository, content_tag, as_user=f"build-{project}")
+        images[key] = f"{NODE_HOST}/{repository}:{content_tag}@{built}"
+        refused = gated.skopeo_copy(build_oci_image(tmp_path / "other", key.replace("/", "-"), f"{key} other".encode()),
+                                    repository, content_tag, as_user=f"build-{project}")
+        assert refused.returncode != 0 and "create-only" in refused.stderr  # the gate: its own tag cannot move
+        moved[key] = gated.push(build_oci_image(tmp_path / "moved", key.replace("/", "-"), f"{key} moved".encode()),
+                                repository, content_tag, direct=True)
+        assert gated.digest_of(repository, content_tag) == moved[key] != built
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    result = promote.promote(root=root, images=images, now=when, moving_tag="prod")
+    assert {change.key: change.new for change in result.changes} == images
+    assert {key: image_of(root, key) for key in images} == images
+    for key, ref in images.items():
+        repository, digest = ref.split("/", 1)[1].split(":")[0], ref.split("@")[1]
+        assert gated.digest_of(repository, "prod-20260304T050607Z") == gated.digest_of(repository, "prod") == digest
+    # A digest that is not the test stack's build (not in the registry at all): refused, nothing changed.
+    key = next(iter(images))
+    forged = {**images, key: images[key].split("@")[0] + "@sha256:" + "e" * 64}
+    before = (root / "Pulumi.prod.yaml").read_bytes()
+    with pytest.raises(PromotionRefused, match=f"{key}: sha256:e{{64}} is not in the registry"):
+        promote.promote(root=root, images=forged, now=when.replace(second=8))
+    assert (root / "Pulumi.prod.yaml").read_bytes() == before
