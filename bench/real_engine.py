@@ -65,6 +65,8 @@ def use_item(platform: Platform, item: str) -> int:
         return sum(len(p.entities) for p in config.projects)
     document = yaml.safe_load((platform.repo / "Pulumi.test.yaml").read_text())
     document["config"]["cloudstation:projects"] = json.loads(stack_file(int(item)).values["cloudstation:projects"])
+    # kwok's nodes have room for it; the example's budget (3 CPU / 6 GiB) is a developer cluster's.
+    document["config"]["cloudstation:platform"]["clusterBudget"] = {"cpu": "1000", "memory": "4000Gi"}
     (platform.repo / "Pulumi.test.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return int(item)
 

@@ -5,9 +5,12 @@ The namespace enforces the Pod Security level the builder needs (build_job.POD_S
 traffic by default (components/namespace.py) and lets build pods reach only DNS, the registry's
 pods on its port, the destinations `BuildSettings.egress` declares (package and registry
 mirrors) and, only with the opt-in `publicEgress`, public addresses. Nothing may connect to a
-build pod. The Secret `<name>` holds what a build pod needs of the registry: `.dockerconfigjson`
-for kaniko's push and `auth` (base64 of `user:password`) for the fetch container's HTTP Basic
-header; pods mount them as files, never env.
+build pod. One Secret per project, `build-registry-<project>`, holds what that project's build pods
+need of the registry, as its own build user (components/registry_access.py: push `<project>/*`,
+create-only tags, pull its contexts): `.dockerconfigjson` for kaniko's push and `auth` (base64 of
+`user:password`) for the fetch container's HTTP Basic header; pods mount them as files, never env,
+and the job admission policy lets a pod of queue `<project>-builds` mount only its project's
+(components/armada/cluster.py), so no build can read another project's credential.
 """
 from __future__ import annotations
 
@@ -24,10 +27,9 @@ from components import network
 from components.component import Component
 from components.namespace import Namespace, NamespaceArgs
 from components.registry import dockerconfigjson
+from components.registry_access import build_secret_name
 from infra import public_egress
 
-SECRET_NAME = "build-registry"
-"""The build Secret in the builds namespace (`secret_name` of build_job.build_job_item)."""
 COMPONENT = "entity-build"
 BUILD_POD_LABEL = "armada_job_id"
 """The label Armada's executor puts on every pod it creates for a job (armadaproject/armada v0.22.7
@@ -49,9 +51,8 @@ class BuildsNamespaceArgs:
     """Namespace of the registry's pods."""
     registry_pod_labels: Mapping[str, str]
     """Labels selecting the registry's pods (components/registry.py: `kube.selector_labels(name)`)."""
-    username: pulumi.Input[str]
-    password: pulumi.Input[str]
-    """The registry password (a secret Output)."""
+    credentials: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str]]]
+    """Project (`platform` for project-state) -> its build user and password (a secret Output)."""
     settings: build_job.BuildSettings = field(default_factory=build_job.BuildSettings)
     registry_port: int = 5000
     """The port the registry's pods listen on (the policy names the pod's port, after the Service)."""
@@ -99,10 +100,16 @@ def basic_auth(username: str, password: str) -> str:
     return base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
+def build_credentials(registry_host: str, username: str, password: str) -> dict[str, str]:
+    """A build Secret's data: kaniko's docker config and the fetch container's Basic value."""
+    return {build_job.DOCKERCONFIG_KEY: dockerconfigjson(registry_host, username, password),
+            build_job.AUTH_KEY: basic_auth(username, password)}
+
+
 class BuildsNamespace(Component):
-    """Outputs: `namespace` (the builds namespace's name, once it exists), `secret_name` (the build
-    Secret's name), `pod_security` (the enforced level). Children: the namespace (with its
-    default-deny and allow-dns policies), the build egress and ingress policies, the build Secret."""
+    """Outputs: `namespace` (the builds namespace's name, once it exists), `secret_names` (project ->
+    its build Secret's name), `pod_security` (the enforced level). Children: the namespace (with its
+    default-deny and allow-dns policies), the build egress and ingress policies, the build Secrets."""
 
     def __init__(self, name: str, args: BuildsNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:builds:BuildsNamespace", name, None, opts)
@@ -123,28 +130,25 @@ class BuildsNamespace(Component):
             **network.policy(INGRESS_POLICY, ns, COMPONENT, ingress_policy_spec()),
             opts=self.child_opts(),
         )
-        credentials = pulumi.Output.all(args.username, args.password).apply(
-            lambda up: {
-                build_job.DOCKERCONFIG_KEY: dockerconfigjson(args.registry_host, up[0], up[1]),
-                build_job.AUTH_KEY: basic_auth(up[0], up[1]),
-            }
-        )
-        secret = k8s.core.v1.Secret(
-            f"{name}-registry",
-            metadata=kube.metadata(SECRET_NAME, ns, COMPONENT),
-            type="kubernetes.io/dockerconfigjson",
-            string_data=pulumi.Output.secret(credentials),
-            opts=self.child_opts(),
-        )
+        secrets = {}
+        for project, (username, password) in sorted(args.credentials.items()):
+            data = pulumi.Output.all(username, password).apply(lambda up: build_credentials(args.registry_host, *up))
+            secrets[project] = k8s.core.v1.Secret(
+                f"{name}-registry-{project}",
+                metadata=kube.metadata(build_secret_name(project), ns, COMPONENT),
+                type="kubernetes.io/dockerconfigjson",
+                string_data=pulumi.Output.secret(data),
+                opts=self.child_opts(),
+            )
         self.namespace_resource = namespace
         self.namespace: pulumi.Output[str] = ns
-        self.secret_name: pulumi.Output[str] = secret.metadata.name
+        self.secret_names: dict[str, pulumi.Output[str]] = {p: secret.metadata.name for p, secret in secrets.items()}
         self.pod_security: str = build_job.POD_SECURITY_LEVEL
         self.policies = [egress, ingress]
         """What build pods need before their first connection (a job waits for them: default-deny
         would refuse a first attempt)."""
-        self.ready: list[pulumi.Resource] = [namespace.resource, *namespace.policies, egress, ingress, secret]
+        self.ready: list[pulumi.Resource] = [namespace.resource, *namespace.policies, egress, ingress, *secrets.values()]
         """Everything a build job needs in place before it is submitted: custom resources, not the
         Namespace component, whose dependants the SDK would give an edge per child."""
-        self.register_outputs({"namespace": self.namespace, "secretName": self.secret_name,
+        self.register_outputs({"namespace": self.namespace, "secretNames": self.secret_names,
                                "podSecurity": self.pod_security})

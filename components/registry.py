@@ -1,4 +1,5 @@
-"""The platform's private image registry (CNCF distribution), and the stack config that picks it.
+"""The platform's private image registry (CNCF distribution behind an authorizing gate), and the
+stack config that picks it.
 
 `RegistryConfig` (stack key `platform.registry`) chooses `managed` (this component, in the platform
 namespace), `shared` (the managed registry another stack runs in the same cluster; no workload) or
@@ -11,6 +12,12 @@ The Service is a NodePort, and kube-proxy (iptables mode) forwards `localhost:<n
 node to the registry, so the kubelet pulls under that name over plain HTTP, which containerd and
 Docker allow for localhost only. The machine running `pulumi up` pushes under the same name through
 `kubectl port-forward svc/<registry> <nodePort>:5000`.
+
+The registry pod runs two containers: distribution, serving the API on loopback only
+(127.0.0.1:UPSTREAM_PORT) with one htpasswd (bcrypt) line per user, and the gate
+(components/registry_gate.py, standard-library Python in the pinned python image) on PORT, the only
+port the Service and the NetworkPolicy name: per-user rights and create-only tags, which
+distribution lacks (docs/registry.md, "Who may do what"; the users: components/registry_access.py).
 """
 from __future__ import annotations
 
@@ -19,10 +26,12 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal, Optional
+from pathlib import Path
+from typing import Literal, Optional, Sequence
 
 import pulumi
 from components import kube as k8s
+import pulumi_random as random
 import yaml
 from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
 
@@ -31,9 +40,14 @@ from components import network
 from components.model import ConfigModel, DnsLabel, problem, problems
 from components.component import Component
 from components.entity_image import BuildPlatform
-from components.kept_secret import Cluster, Htpasswd, KeptSecret, KeptSecretArgs
+from components import registry_access as access
+from components.kept_secret import Cluster, Htpasswd, KeptSecret, KeptSecretArgs, htpasswd
 
 PORT = 5000
+"""The gate's port: the registry API as every client reaches it (Service, NetworkPolicy, tunnels)."""
+UPSTREAM_PORT = 5002
+"""distribution's API, on 127.0.0.1 in the pod: only the gate reaches it (and a port-forward, with a
+registry user's password: distribution authenticates every request itself)."""
 DEBUG_PORT = 5001
 """distribution's debug server (`http.debug.addr`): /debug/health reports the storage driver's
 health without auth, whereas /v2/ answers 401 once htpasswd auth is on."""
@@ -48,6 +62,15 @@ entrypoint, distribution/distribution-library-image docker-entrypoint.sh, runs `
 METRICS_PATH = "/metrics"
 """Where the debug server serves Prometheus metrics when they are on (distribution's default)."""
 AUTH_PATH = "/auth"
+GATE_DIR = "/etc/registry-gate"
+"""Where the gate's ConfigMap (its program and policy) is mounted."""
+GATE_PROGRAM = "registry_gate.py"
+GATE_POLICY = "policy.json"
+GATE_SOURCE = Path(__file__).with_name(GATE_PROGRAM)
+GATE_RESOURCES = kube.Resources(cpu_request="20m", memory_request="48Mi", cpu_limit="500m", memory_limit="128Mi")
+"""The gate streams bodies in 64 KiB pieces and holds at most one 4 MiB manifest per request."""
+GATE_IMAGE = "backup-s3-client"
+"""The infra/versions.py pin of the python image (standard library only) that runs the gate."""
 RUN_AS = 1000
 """The registry image has no user of its own; it runs fine as any uid that owns its storage."""
 PASSWORD_KEY = "registryPassword"
@@ -69,7 +92,16 @@ MODE_KEYS = {
 """The mode-specific keys each mode accepts (the others apply to every mode)."""
 AUTH_SECRET_SUFFIX = "-auth"
 """The managed registry's Secret is `<registry name>-auth` (keys htpasswd, username, password,
-http-secret); a `shared` stack reads username and password from it."""
+http-secret): the deployer's credential (components/registry_access.py)."""
+HTPASSWD_SECRET_SUFFIX = "-htpasswd"
+"""`<registry name>-htpasswd`: one line per user, what distribution authenticates with."""
+PULL_SECRET_INFIX = "-pull-"
+"""`<registry name>-pull-<project>`: a project's pull credential (username, password, htpasswd),
+kept like `-auth`; a `shared` stack reads it for its pull Secrets."""
+
+
+def pull_secret_name(name: str, project: str) -> str:
+    return f"{name}{PULL_SECRET_INFIX}{project}"
 
 
 class RegistryIngress(ConfigModel):
@@ -95,7 +127,8 @@ class RegistryConfig(ConfigModel):
     """`managed`: a registry in the platform namespace; `shared`: the managed registry of the other
     stack in this cluster (exactly one stack per cluster runs it); `external`: an existing OCI registry."""
     username: str = Field(default="cloudstation", pattern=r"^[^:\s]+$")
-    """Registry user. Managed: the htpasswd user (its password is generated). External: required
+    """Registry user. Managed: the deployer's user (`pulumi up`, `promote`; its password is
+    generated; builds and pulls have users of their own, docs/registry.md). External: required
     (`AWS` for ECR); the password is the secure key `registryPassword`. Shared: read from the
     owner's Secret."""
     url: Optional[str] = None
@@ -147,6 +180,14 @@ class RegistryConfig(ConfigModel):
             )
         if match["scheme"] == "http" and match["host"] not in LOOPBACK:
             raise problem("plain http:// is only possible for localhost (kubelets pull over HTTPS)")
+        return value
+
+    @field_validator("username")
+    @classmethod
+    def _not_a_tenant_user(cls, value: str) -> str:
+        if value.startswith(access.RESERVED_USER_PREFIXES):
+            raise problem("the managed registry names its build and pull users build-<project> and pull-<project>; "
+                          "choose a user name that starts with neither")
         return value
 
     @field_validator("push_host")
@@ -241,14 +282,14 @@ def registry_settings(realm: str = "cloudstation", metrics: bool = False) -> dic
         "log": {"level": "info", "fields": {"service": "registry"}},
         "storage": {
             "filesystem": {"rootdirectory": DATA_PATH},
-            # No deletion through the API: nothing in the platform deletes, and so the credential
-            # every entity namespace holds (htpasswd has no per-user rights) cannot remove an
-            # image a stack runs (docs/security.md, "CloudState operator, entity namespaces and stores").
+            # No deletion through the API: nothing in the platform deletes (the gate refuses it
+            # too), so no credential can remove an image a stack runs (docs/security.md).
             "delete": {"enabled": False},
             "cache": {"blobdescriptor": "inmemory"},
         },
         "http": {
-            "addr": f":{PORT}",
+            # Loopback: every client goes through the gate (module docstring).
+            "addr": f"127.0.0.1:{UPSTREAM_PORT}",
             "debug": debug,
             "headers": {"X-Content-Type-Options": ["nosniff"]},
         },
@@ -261,16 +302,45 @@ def registry_config_yaml(metrics: bool = False) -> str:
     return yaml.safe_dump(registry_settings(metrics=metrics), sort_keys=True)
 
 
-def deployment_spec(name: str, image: str, config: RegistryConfig, metrics: bool = False) -> dict:
-    """One registry pod (filesystem storage allows one writer), replaced with Recreate."""
+def gate_program() -> str:
+    """The gate's source, as its container runs it (components/registry_gate.py)."""
+    return GATE_SOURCE.read_text()
+
+
+def gate_config(projects: Sequence[str], deployer: str, builds_in_cluster: bool) -> dict[str, str]:
+    """The gate's ConfigMap: its program and its policy (no secrets: passwords are distribution's)."""
+    return {GATE_PROGRAM: gate_program(), GATE_POLICY: access.gate_policy_json(projects, deployer, builds_in_cluster)}
+
+
+def gate_container(image: str, resources: dict) -> dict:
+    return {
+        "name": "gate",
+        "image": image,
+        # -I: the standard library only, nothing from the environment or the working directory.
+        "command": ["python3", "-I", f"{GATE_DIR}/{GATE_PROGRAM}"],
+        "args": ["--policy", f"{GATE_DIR}/{GATE_POLICY}", "--listen", f":{PORT}",
+                 "--upstream", f"127.0.0.1:{UPSTREAM_PORT}"],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": resources,
+        "securityContext": kube.container_security(read_only_root=True),
+        # Ready when distribution behind it answers; alive while it accepts connections.
+        "readinessProbe": kube.http_probe("/healthz", "http", initial_delay=2),
+        "livenessProbe": kube.tcp_probe("http", initial_delay=10, failures=6),
+        "volumeMounts": [{"name": "gate", "mountPath": GATE_DIR, "readOnly": True}],
+    }
+
+
+def deployment_spec(name: str, image: str, config: RegistryConfig, gate_image: str, gate: dict[str, str],
+                    metrics: bool = False) -> dict:
+    """One registry pod (filesystem storage allows one writer), replaced with Recreate: distribution
+    on loopback and the gate in front of it (`gate` is the gate's ConfigMap data, `gate_config`)."""
     container = {
         "name": "registry",
         "image": image,
         "args": [f"{CONFIG_DIR}/config.yml"],
-        "ports": [
-            {"name": "http", "containerPort": PORT, "protocol": "TCP"},
-            {"name": "debug", "containerPort": DEBUG_PORT, "protocol": "TCP"},
-        ],
+        # The API listens on 127.0.0.1 only (registry_settings): no port of it to declare.
+        "ports": [{"name": "debug", "containerPort": DEBUG_PORT, "protocol": "TCP"}],
         # Overrides http.secret (signs upload state), so that it stays out of the ConfigMap.
         "env": [kube.secret_env("REGISTRY_HTTP_SECRET", f"{name}{AUTH_SECRET_SUFFIX}", "http-secret")],
         "resources": config.resources.spec(),
@@ -278,7 +348,7 @@ def deployment_spec(name: str, image: str, config: RegistryConfig, metrics: bool
         "readinessProbe": kube.http_probe("/debug/health", "debug", initial_delay=2),
         # Liveness only asks whether the server answers: a storage failure makes it unready, and
         # restarting would not repair the volume.
-        "livenessProbe": kube.tcp_probe("http", initial_delay=10, failures=6),
+        "livenessProbe": kube.tcp_probe("debug", initial_delay=10, failures=6),
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_PATH},
             {"name": "auth", "mountPath": AUTH_PATH, "readOnly": True},
@@ -287,6 +357,11 @@ def deployment_spec(name: str, image: str, config: RegistryConfig, metrics: bool
         ],
     }
     pod_security = {**kube.pod_security(RUN_AS, fs_group=RUN_AS), "fsGroupChangePolicy": "OnRootMismatch"}
+    # A change of the config, the gate's program or its policy rolls the pod (a mounted ConfigMap
+    # alone would not restart it).
+    rolled = hashlib.sha256(registry_config_yaml(metrics).encode())
+    for key in sorted(gate):
+        rolled.update(f"\0{key}\0{gate[key]}".encode())
     return {
         "replicas": 1,
         "strategy": {"type": "Recreate"},
@@ -294,24 +369,24 @@ def deployment_spec(name: str, image: str, config: RegistryConfig, metrics: bool
         "template": {
             "metadata": {
                 "labels": kube.labels(name, "registry"),
-                # A config change rolls the pod (a mounted ConfigMap alone would not restart it).
-                "annotations": {"cloudstation.io/config-sha256": hashlib.sha256(registry_config_yaml(metrics).encode()).hexdigest()},
+                "annotations": {"cloudstation.io/config-sha256": rolled.hexdigest()},
             },
             "spec": {
                 "automountServiceAccountToken": False,
                 "securityContext": pod_security,
-                "containers": [container],
+                "containers": [container, gate_container(gate_image, GATE_RESOURCES.spec())],
                 "volumes": [
                     {"name": "data", "persistentVolumeClaim": {"claimName": f"{name}-data"}},
                     {
                         "name": "auth",
                         "secret": {
-                            "secretName": f"{name}{AUTH_SECRET_SUFFIX}",
+                            "secretName": f"{name}{HTPASSWD_SECRET_SUFFIX}",
                             "items": [{"key": "htpasswd", "path": "htpasswd"}],
                             "defaultMode": 0o440,
                         },
                     },
                     {"name": "config", "configMap": {"name": f"{name}-config"}},
+                    {"name": "gate", "configMap": {"name": f"{name}-gate"}},
                     {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
                 ],
             },
@@ -398,10 +473,19 @@ class RegistryArgs:
     cluster: Optional[Cluster] = Cluster()
     """Where the kept Secret `registry-auth` is read back (components/kept_secret.py); None when the
     stack renders to a directory."""
+    projects: Sequence[str] = ()
+    """Every project whose images live here, `platform` (project-state) included: each gets a pull
+    user, and with `builds_in_cluster` a build user (components/registry_access.py)."""
+    builds_in_cluster: bool = False
+    """Images are built by Armada jobs (build users), not pushed by the deployer (local builds)."""
+    gate_image: str = ""
+    """The pinned python image the gate runs in (infra/versions.py GATE_IMAGE)."""
 
 
 class Registry(Component):
-    """Outputs: `service` (Service name), `username`, `password` (secret)."""
+    """Outputs: `service` (Service name), `username` and `password` (secret): the deployer's;
+    `pull_passwords` and `build_passwords` (project -> secret): the other users' (their names:
+    components/registry_access.py)."""
 
     def __init__(self, name: str, args: RegistryArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("cloudstation:delivery:Registry", name, None, opts)
@@ -428,10 +512,38 @@ class Registry(Component):
             # (docs/cloudstate.md, "What is kept").
             opts=self.child_opts(retain_on_delete=True),
         )
+        lines = [kept.value("htpasswd")]
+        self.pull_passwords: dict[str, pulumi.Output[str]] = {}
+        for project in args.projects:
+            password, line = self._pull_credential(name, project, args)
+            self.pull_passwords[project] = password
+            lines.append(line)
+        # Build credentials open no kept data: new ones after a destroy are fine (components/kept_secret.py).
+        self.build_passwords: dict[str, pulumi.Output[str]] = {}
+        for project in args.projects if args.builds_in_cluster else ():
+            generated = random.RandomPassword(f"{name}-build-{project}-password", length=32, special=False, opts=child)
+            self.build_passwords[project] = pulumi.Output.secret(generated.result)
+            user = access.build_user(project)
+            lines.append(generated.bcrypt_hash.apply(lambda hashed, user=user: htpasswd(user, hashed)))
+        users = k8s.core.v1.Secret(
+            f"{name}{HTPASSWD_SECRET_SUFFIX}",
+            metadata=kube.metadata(f"{name}{HTPASSWD_SECRET_SUFFIX}", args.namespace, "registry"),
+            type="Opaque",
+            # Sorted, so that the file only changes with a user (bcrypt lines are salted, so stable only as kept).
+            string_data={"htpasswd": pulumi.Output.secret(pulumi.Output.all(*lines).apply(lambda ls: "".join(sorted(ls))))},
+            opts=child,
+        )
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata=kube.metadata(f"{name}-config", args.namespace, "registry"),
             data={"config.yml": registry_config_yaml(args.metrics)},
+            opts=child,
+        )
+        gate = gate_config(args.projects, config.username, args.builds_in_cluster)
+        gate_map = k8s.core.v1.ConfigMap(
+            f"{name}-gate",
+            metadata=kube.metadata(f"{name}-gate", args.namespace, "registry"),
+            data=gate,
             opts=child,
         )
         claim = k8s.core.v1.PersistentVolumeClaim(
@@ -445,8 +557,8 @@ class Registry(Component):
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deploy",
             metadata=kube.metadata(name, args.namespace, "registry"),
-            spec=deployment_spec(name, args.image, config, args.metrics),
-            opts=self.child_opts(depends_on=[secret, config_map, claim]),
+            spec=deployment_spec(name, args.image, config, args.gate_image, gate, args.metrics),
+            opts=self.child_opts(depends_on=[secret, users, config_map, gate_map, claim]),
         )
         service = k8s.core.v1.Service(
             f"{name}-svc",
@@ -477,3 +589,21 @@ class Registry(Component):
         self.username: str = config.username
         self.password: pulumi.Output[str] = kept.value("password")
         self.register_outputs({"service": self.service, "password": self.password})
+
+    def _pull_credential(self, name: str, project: str, args: RegistryArgs) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+        """A project's pull credential in its own kept Secret `<name>-pull-<project>`: its password
+        (secret) and htpasswd line. Kept, like `-auth`: the pull Secrets of prod's namespaces hold it,
+        and prod keeps pulling the kept images with it after this stack is destroyed and deployed again."""
+        secret_name = pull_secret_name(name, project)
+        user = access.pull_user(project)
+        kept = KeptSecret(f"{secret_name}-values", KeptSecretArgs(
+            args.namespace, secret_name, {"password": 32}, args.cluster,
+            htpasswd=Htpasswd(key="htpasswd", username=user, password_key="password")), self.child_opts())
+        k8s.core.v1.Secret(
+            secret_name,
+            metadata=kube.metadata(secret_name, args.namespace, "registry"),
+            type="Opaque",
+            string_data={"username": user, "password": kept.value("password"), "htpasswd": kept.value("htpasswd")},
+            opts=self.child_opts(retain_on_delete=True),
+        )
+        return kept.value("password"), kept.value("htpasswd")

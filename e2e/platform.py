@@ -83,6 +83,8 @@ class Platform:
     def start(self) -> "Platform":
         self.repo = self.work / "repo"
         copy_tree(ROOT, self.repo)
+        for directory in ("state", "tmp"):
+            (self.work / directory).mkdir(exist_ok=True)
         self.cluster = Cluster(self.work / "cluster", self.tools[self.kubernetes], self.tools["etcd"],
                                self.tools["kwok"]).start()
         # kubeadm's kube-proxy settings (iptables mode), which preflight reads to know nodes can pull
@@ -148,10 +150,13 @@ class Platform:
             "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            # pulumi-resource-kubernetes writes the kubeconfig, keys included, to a temporary file at
+            # every Configure and never removes it (v4.25.0 provider/pkg/provider/util.go
+            # writeKubeconfigToFile): here they go with the work directory.
+            "TMPDIR": str(self.work / "tmp"),
         }
 
     def run(self, *args: str, env: Optional[dict] = None, timeout: float = COMMAND_TIMEOUT) -> Result:
-        (self.work / "state").mkdir(exist_ok=True)
         started = time.monotonic()
         done = subprocess.run(list(args), cwd=self.repo, env={**self.env, **(env or {})}, capture_output=True,
                               text=True, timeout=timeout)

@@ -26,6 +26,7 @@ from components.armada.queue import PLATFORM_BUILDS, basic_auth, project_queue_n
 from components.build_job import LABEL_CONTENT_TAG, LABEL_ENTITY, LABEL_PROJECT, build_job_item
 from components.builds_namespace import BuildsNamespace, BuildsNamespaceArgs
 from components.entity_build import EntityBuild, EntityBuildArgs
+from components.registry_access import build_secret_name, build_user
 from components.registry import PORT as REGISTRY_PORT
 from components.transport import is_loopback
 from infra import public_egress
@@ -114,8 +115,9 @@ def namespace(stack: "StackContext", opts: pulumi.ResourceOptions) -> Optional[B
             registry_host=registry_service_host(config),
             registry_namespace=config.platform.namespace,
             registry_pod_labels=kube.selector_labels(REGISTRY_NAME),
-            username=access.username,
-            password=access.password,
+            # Each project's builds push with its own build user (components/registry_access.py).
+            credentials={project: (build_user(project), password)
+                         for project, password in access.registry.build_passwords.items()},
             settings=config.platform.builds,
             registry_port=REGISTRY_PORT,
             # The public-egress rule (opt-in) excepts every block the stack names: nodes, API server, ...
@@ -142,15 +144,23 @@ class ArmadaBuilds:
     """Binoculars' REST URL, for a failed build's pod log ("" without one)."""
 
 
+def build_projects(config: StackConfig) -> list[str]:
+    """The projects built in the cluster: every project's, and `platform` for the project-state entity."""
+    from infra.delivery import image_projects
+
+    return image_projects(config)
+
+
 def build_queues(config: StackConfig) -> list[str]:
     """The queues build jobs are submitted to: every project's, and `platform-builds` for the
     project-state entity (components/armada/queue.py `queues_args`)."""
-    return [project_queue_name(name) for name in [*(p.name for p in config.projects), PLATFORM_BUILDS]]
+    return [project_queue_name(name) for name in build_projects(config)]
 
 
 def admission(config: StackConfig) -> dict:
     """The ClusterPrerequisitesArgs fields that confine the builds namespace to build jobs: only
-    pods of the build queues run there, and only they may carry the build labels."""
+    pods of the build queues run there, only they may carry the build labels, and a pod of
+    `<project>-builds` may refer to `<project>`'s build Secret only."""
     if not in_armada(config):
         return {}
     return {"build_namespace": config.platform.builds_namespace, "build_queues": tuple(build_queues(config)),
@@ -217,7 +227,7 @@ def entity_build(
     host = registry_service_host(config)
     tunnel = tunnels_to_registry(config)
     repository = access.repository(project, entity)
-    item = armada.namespace.secret_name.apply(lambda secret: job_item(config, build_job_item(
+    item = armada.namespace.secret_names[project].apply(lambda secret: job_item(config, build_job_item(
         project=project, entity=entity, content_tag=tag, context_digest=digest, registry_host=host,
         namespace=config.platform.builds_namespace, secret_name=secret, settings=settings,
         repository_prefix=access.repository_prefix, plain_http=True,
@@ -254,6 +264,9 @@ def entity_build(
             poll_seconds=POLL_SECONDS,
             binoculars_url=armada.binoculars_url,
         ),
+            # The managed registry's gate makes the project's own builds the only writer of its
+            # content tags (components/entity_build.py, "Digests are never switched silently").
+            adopt_existing=access.registry is not None,
         # The registry's Deployment, Service and policy, not the component (see `armada_builds`).
         pulumi.ResourceOptions(depends_on=[*armada.waits.get(project, []),
                                            *(access.registry.serving if access.registry else [])]),

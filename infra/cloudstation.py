@@ -76,15 +76,17 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         )
         cluster_resources = operator.ready
 
-    def pull_secret(name: str, namespace: pulumi.Input[str], opts: pulumi.ResourceOptions) -> pulumi.Resource:
-        return delivery.image_pull_secret(name, access, namespace, opts)
+    def pull_secret(project: str):
+        """The pull Secret factory of `project`'s namespaces: its own read-only registry user."""
+        def make(name: str, namespace: pulumi.Input[str], opts: pulumi.ResourceOptions) -> pulumi.Resource:
+            return delivery.image_pull_secret(name, access, project, namespace, opts)
+        return make
 
     common = dict(
         environment=environment,
         stores=platform.stores,
         cloudstate=platform.cloudstate,
         pull_secret_name=access.pull_secret_name,
-        pull_secret=pull_secret,
         kubernetes_api=platform.kubernetes_api,
         # The owner's operator; a stack sharing its cluster reads its namespace from the owner's file.
         operator_namespace=cluster_sharing.operator_namespace(config, stack.root),
@@ -113,6 +115,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         ),
         stack.opts,
     )
+            pull_secret=pull_secret(delivery.PLATFORM_PROJECT),
     monitoring.environment(stack, "project-state-entity", state_environment, state_namespace, platform.project_state_store)
 
     namespaces: dict[str, pulumi.Output[str]] = {}
@@ -137,6 +140,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             ),
             stack.opts,
         )
+                pull_secret=pull_secret(project.name),
         namespaces[project.name] = environment_.namespace
         monitoring.environment(stack, f"{project.name}-entity", environment_, project_namespace(project.name, environment), project.store)
     monitoring.platform_dashboard(

@@ -28,6 +28,7 @@ from components.model import ConfigModel, DnsLabel, NotShown, ShortDnsLabel, pro
 from components.armada.queue import QUEUE_API_PASSWORD_KEY, project_queue_clashes
 from components.armada.settings import EXECUTOR_PASSWORD_KEY, ArmadaConfig
 from components.build_job import BuildSettings
+from components.build_context import CONTEXT_REPOSITORY_PART
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES
 from components.registry import PASSWORD_KEY as REGISTRY_PASSWORD_KEY, RegistryConfig
 from components.k8s import CpuQuantity, MemoryQuantity
@@ -612,6 +613,11 @@ class StackConfig(ConfigModel):
                     raise problem(
                         f"'{service}' (the entity's StatefulService and Service name) has {len(service)} "
                         "characters; project and entity name together may have at most 62",
+            if project.name == CONTEXT_REPOSITORY_PART:
+                # Its images would be `builds/<entity>` and its build user's rights `builds/*`: every
+                # project's build contexts (components/registry_access.py).
+                raise problem(f"'{CONTEXT_REPOSITORY_PART}' is reserved (every project's build contexts are "
+                              f"{CONTEXT_REPOSITORY_PART}/<project>/<entity> in the registry)", f"[{index}].name", project.name)
                         f"projects[{index}].entities[{position}].name",
                         entity.name,
                     )

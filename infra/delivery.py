@@ -3,7 +3,7 @@
 infra/cloudstation.py calls, in this order:
 
     access = deploy_registry(stack, platform_namespace)     # managed registry or external access
-    image_pull_secret(name, access, namespace, opts)         # per namespace that runs entities
+    image_pull_secret(name, access, project, namespace, opts)  # per namespace that runs entities
     images = entity_images(stack, access, built)             # (project, entity) -> digest-pinned ref
     outputs = {**access.outputs, **images_output(images)}
 
@@ -26,7 +26,9 @@ from components import kube as k8s
 from components import k8s as kube
 from components.entity_image import DOCKERFILE, EntityImage, EntityImageArgs, content_tag, generated_dockerfile
 from components.namespace import Namespace
-from components.registry import AUTH_SECRET_SUFFIX, PASSWORD_KEY, Registry, RegistryArgs, dockerconfigjson
+from components.registry import (AUTH_SECRET_SUFFIX, GATE_IMAGE, PASSWORD_KEY, Registry, RegistryArgs, dockerconfigjson,
+                                 pull_secret_name)
+from components.registry_access import pull_user
 from infra import versions
 from infra.config import PROJECT, EntityConfig, Environment, StackConfig
 
@@ -49,8 +51,10 @@ class RegistryAccess:
     """host[:port] the kubelet pulls from; the prefix of every entity image reference."""
     pull_secret_name: str
     """Name of the kubernetes.io/dockerconfigjson Secret in each namespace that runs entities."""
-    dockerconfigjson: pulumi.Output[str]
-    """Secret: the `.dockerconfigjson` content of that Secret."""
+    pull_credentials: dict[str, tuple[pulumi.Input[str], pulumi.Output[str]]]
+    """Project (`platform` for project-state) -> (username, password, secret) its namespaces pull
+    with: the project's read-only pull user of the managed registry (shared: read from the owner's
+    kept Secret `registry-pull-<project>`), the configured user of an external registry."""
     outputs: dict[str, pulumi.Output]
     """Stack outputs about the registry."""
     push_host: str = ""
@@ -64,6 +68,15 @@ class RegistryAccess:
 
     def repository(self, project: str, entity: str) -> str:
         return "/".join(part for part in (self.repository_prefix, project, entity) if part)
+
+    def dockerconfigjson(self, project: str) -> pulumi.Output[str]:
+        """Secret: the `.dockerconfigjson` of `project`'s pull Secret."""
+        if project not in self.pull_credentials:
+            raise pulumi.RunError(f"no registry pull credential for project {project!r} (known: "
+                                  f"{', '.join(sorted(self.pull_credentials))})")
+        username, password = self.pull_credentials[project]
+        return pulumi.Output.secret(
+            pulumi.Output.all(username, password).apply(lambda up: dockerconfigjson(self.pull_host, *up)))
 
 
 def client_namespaces(config: StackConfig) -> list[str]:
@@ -81,14 +94,23 @@ def registry_build_clients(config: StackConfig) -> list[str]:
     return [config.platform.builds_namespace] if builds.in_armada(config) else []
 
 
+def image_projects(config: StackConfig) -> list[str]:
+    """Every project whose images the stack runs: each project, and `platform` (project-state)."""
+    return [*(project.name for project in config.projects), PLATFORM_PROJECT]
+
+
 def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAccess:
     """managed: the Registry component in the platform namespace; shared: access to the registry
-    another stack manages in this cluster (credentials read from its Secret); external: access only."""
+    another stack manages in this cluster (credentials read from its Secrets); external: access only."""
+    from infra import builds
+
     config = stack.config.platform.registry
     outputs: dict[str, pulumi.Output] = {}
     registry = None
     username: pulumi.Input[str] = config.username
+    projects = image_projects(stack.config)
     if config.mode == "managed":
+        mirror = stack.config.platform.image_mirror
         registry = Registry(
             REGISTRY_NAME,
             RegistryArgs(
@@ -96,27 +118,31 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
                 namespace=namespace.name,
                 # Build pods fetch contexts and push images too (infra/builds.py).
                 client_namespaces=client_namespaces(stack.config) + registry_build_clients(stack.config),
-                image=versions.image("registry", stack.config.platform.image_mirror),
+                image=versions.image("registry", mirror),
                 metrics=stack.config.platform.monitoring.enabled,  # /metrics on the debug port (docs/monitoring.md)
                 cluster=stack.cluster,
+                projects=projects,
+                builds_in_cluster=builds.in_armada(stack.config),
+                gate_image=versions.image(GATE_IMAGE, mirror),
             ),
             stack.opts,
         )
         password = registry.password
         outputs["registryPassword"] = password
         details = {"service": registry.service, "namespace": namespace.name, "nodePort": config.node_port}
+        pulls = {project: (pull_user(project), registry.pull_passwords[project]) for project in projects}
     elif config.mode == "shared":
         owner = config.owner_namespace or stack.config.platform.namespace
-        credentials = k8s.core.v1.Secret.get(
-            "registry-owner-credentials", f"{owner}/{REGISTRY_NAME}{AUTH_SECRET_SUFFIX}", opts=stack.opts
-        )
-        # `data` is secret as a whole; the user name alone is not.
-        username = pulumi.Output.unsecret(credentials.data.apply(lambda data: _decoded(data, "username")))
-        password = pulumi.Output.secret(credentials.data.apply(lambda data: _decoded(data, "password")))
+        credentials = _owner_secret("registry-owner-credentials", f"{owner}/{REGISTRY_NAME}{AUTH_SECRET_SUFFIX}", stack)
+        username, password = credentials
+        pulls = {project: _owner_secret(f"registry-owner-pull-{project}",
+                                        f"{owner}/{pull_secret_name(REGISTRY_NAME, project)}", stack)
+                 for project in projects}
         details = {"namespace": owner, "nodePort": config.node_port}
     else:
         password = pulumi.Config(PROJECT).require_secret(PASSWORD_KEY)
         details = {"url": config.url}
+        pulls = {project: (username, password) for project in projects}
     outputs["registry"] = pulumi.Output.from_input(
         {
             "mode": config.mode,
@@ -129,9 +155,7 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
     return RegistryAccess(
         pull_host=config.pull_host,
         pull_secret_name=PULL_SECRET_NAME,
-        dockerconfigjson=pulumi.Output.secret(
-            pulumi.Output.all(username, password).apply(lambda up: dockerconfigjson(config.pull_host, *up))
-        ),
+        pull_credentials=pulls,
         outputs=outputs,
         push_host=config.effective_push_host,
         repository_prefix=config.repository_prefix,
@@ -141,22 +165,34 @@ def deploy_registry(stack: "StackContext", namespace: Namespace) -> RegistryAcce
     )
 
 
-def _decoded(data: Optional[dict], key: str) -> str:
+def _owner_secret(name: str, secret_id: str, stack: "StackContext") -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """(username, password) of a Secret of the owning stack's registry (`<namespace>/<name>`)."""
+    secret = k8s.core.v1.Secret.get(name, secret_id, opts=stack.opts)
+    # `data` is secret as a whole; the user name alone is not.
+    username = pulumi.Output.unsecret(secret.data.apply(lambda data: _decoded(data, "username", secret_id)))
+    password = pulumi.Output.secret(secret.data.apply(lambda data: _decoded(data, "password", secret_id)))
+    return username, password
+
+
+def _decoded(data: Optional[dict], key: str, secret_id: str = "") -> str:
     if not data or key not in data:
-        raise pulumi.RunError(f"the shared registry's Secret has no {key!r}: is the owning stack deployed?")
+        raise pulumi.RunError(f"the shared registry's Secret {secret_id} has no {key!r}: is the owning stack deployed "
+                              "with this stack's projects?")
     return base64.b64decode(data[key]).decode()
 
 
 def image_pull_secret(
-    name: str, access: RegistryAccess, namespace: pulumi.Input[str], opts: Optional[pulumi.ResourceOptions] = None
+    name: str, access: RegistryAccess, project: str, namespace: pulumi.Input[str],
+    opts: Optional[pulumi.ResourceOptions] = None,
 ) -> k8s.core.v1.Secret:
-    """The pull Secret for one namespace; pods reference it as `imagePullSecrets: [{name:
+    """The pull Secret for one namespace of `project` (`platform` for project-state's), with the
+    project's own read-only credential; pods reference it as `imagePullSecrets: [{name:
     access.pull_secret_name}]`. `opts` should carry the parent (or the Kubernetes provider)."""
     return k8s.core.v1.Secret(
         name,
         metadata=kube.metadata(access.pull_secret_name, namespace, "registry"),
         type="kubernetes.io/dockerconfigjson",
-        string_data={".dockerconfigjson": access.dockerconfigjson},
+        string_data={".dockerconfigjson": access.dockerconfigjson(project)},
         opts=opts,
     )
 

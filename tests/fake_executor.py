@@ -71,13 +71,15 @@ class FakeExecutor:
     """`with FakeExecutor(armada, registry, contexts, registry_host=...)`: handles every job submitted to
     `armada` from then on. `registry` is a tests/registry_server.py RegistryServer standing for the in-cluster
     registry that pods reach as `registry_host` (the host in the annotations); `credentials` are what the
-    build Secret holds (default: the registry's own user); `namespace`, when set, is the only namespace a build
+    build Secret holds (default: the registry's own user), or a function of the name of the Secret the pod
+    mounts as its docker config (each project's own build Secret); `namespace`, when set, is the only namespace a build
     pod may use; `pod_security` the namespace's enforce level. `builders`: the content tag hashes the pod's
     builder and fetch images too (components/build_job.py builder_key), as the program's in-cluster tags do
     (infra/builds.py builder; pods here run the pins, no mirror); False for items tagged by content alone."""
 
     def __init__(self, armada: FakeArmada, registry, contexts: Contexts, *, registry_host: str,
-                 pod_security: str = "restricted", credentials: Optional[tuple[str, str]] = None,
+                 pod_security: str = "restricted",
+                 credentials: Union[tuple[str, str], Callable[[str], tuple[str, str]], None] = None,
                  namespace: Optional[str] = None, versions: Optional[list[str]] = None, test_timeout: float = 120.0,
                  builders: bool = False):
         if pod_security not in checks.POD_SECURITY_LEVELS:
@@ -123,7 +125,8 @@ class FakeExecutor:
             armada.advance(job.id, "PENDING")
             project, entity, tag = self._identity(job)
             context, dockerfile_text = self._context_of(project, entity)
-            data = self._fetch_context(job, project, entity)
+            login = self._login(spec)
+            data = self._fetch_context(job, project, entity, login)
             armada.advance(job.id, "RUNNING")
             builder = (spec.get("containers") or [{}])[0]
             self._check(job, data, context, dockerfile_text, project, entity, tag, builder.get("name", ""))
@@ -139,7 +142,7 @@ class FakeExecutor:
                 policy = builder.get("terminationMessagePolicy", "File")
                 message = termination_tail(output) if policy == "FallbackToLogsOnError" else ""
                 raise BuildFailed("", code, message, builder.get("name", ""))
-            self.pushed[job.id] = push_image(self.registry, self._image_repository(job), tag, data, self.credentials,
+            self.pushed[job.id] = push_image(self.registry, self._image_repository(job), tag, data, login,
                                              labels={PROJECT_LABEL: project, ENTITY_LABEL: entity})
             if armada.state(job.id) == "RUNNING":  # not cancelled meanwhile
                 armada.advance(job.id, "SUCCEEDED")
@@ -193,7 +196,16 @@ class FakeExecutor:
             raise BuildFailed(f"no entity {project}/{entity} in this test's stacks")
         return Path(found[0]), found[1]
 
-    def _fetch_context(self, job: Job, project: str, entity: str) -> bytes:
+    def _login(self, spec: dict) -> tuple[str, str]:
+        """The credentials in the Secret the pod mounts as its docker config (as kaniko and the fetch read them)."""
+        if not callable(self.credentials):
+            return self.credentials
+        names = {v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+        if len(names) != 1:
+            raise BuildFailed(f"the build pod mounts {sorted(names)}, not one build Secret")
+        return self.credentials(names.pop())
+
+    def _fetch_context(self, job: Job, project: str, entity: str, login: tuple[str, str]) -> bytes:
         ref = (job.item.get("annotations") or {}).get(CONTEXT_ANNOTATION, "")
         match = CONTEXT_REF.fullmatch(ref)
         if not match:
@@ -204,7 +216,7 @@ class FakeExecutor:
         if not (repository == f"builds/{project}/{entity}" or repository.endswith(f"/builds/{project}/{entity}")):
             raise BuildFailed(f"{CONTEXT_ANNOTATION} repository {repository!r} is not [<prefix>/]builds/{project}/{entity}")
         answer = requests.get(f"{self.registry.url}/v2/{repository}/blobs/{match['digest']}",
-                              auth=self.credentials, timeout=30)
+                              auth=login, timeout=30)
         if answer.status_code != 200:
             raise BuildFailed(f"fetching the context {ref}: HTTP {answer.status_code} {answer.text[:200]}",
                               container="fetch-context", message=f"HTTP {answer.status_code}")

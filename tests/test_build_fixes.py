@@ -19,7 +19,7 @@ from components import entity_build
 from components.armada.cluster import JOB_POLICY, job_policy, service_account_user
 from components.armada.config import executor_name
 from components.armada.jobs_api import JobsClient, job_id_time
-from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS
+from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS, project_queue_name
 from components.armada.auth import BUILDS_USER
 from components.entity_build import BuildFailed, EntityBuildProvider, job_item_of
 from infra import builds, config as stack_config, versions
@@ -153,7 +153,8 @@ def build_pod(rendered: render.Rendered, **spec_changes) -> tuple[dict, dict]:
     executor = service_account_user(config.platform.armada.namespace, executor_name(config.platform.armada.executors[0]))
     spec = {"serviceAccountName": config.platform.armada.job_service_account, **job["podSpec"], **spec_changes}
     spec = {k: v for k, v in spec.items() if v is not None}
-    labels = {**job["labels"], "armada_job_id": "01abc", "armada_queue_id": builds.build_queues(config)[0]}
+    queue = project_queue_name(job["labels"]["cloudstation.io/project"])  # the executor's label: the job's queue
+    labels = {**job["labels"], "armada_job_id": "01abc", "armada_queue_id": queue}
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "armada-01abc-0", "namespace": job["namespace"], "labels": labels,
                         "annotations": job["annotations"]},

@@ -25,11 +25,11 @@ from components import network
 from components.entity_build import job_item_of
 from components.builds_namespace import (
     BUILD_POD_LABEL,
-    SECRET_NAME,
     BuildsNamespace,
     BuildsNamespaceArgs,
     basic_auth,
 )
+from components.registry_access import build_secret_name
 from infra import versions
 from tests.cloudstate_variants import build as build_mocked
 
@@ -38,7 +38,8 @@ REGISTRY_LABELS = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/inst
 TAG = "0123456789abcdef0123456789abcdef"
 DIGEST = "sha256:" + hashlib.sha256(b"context").hexdigest()
 PASSWORD = "pw-Very-Secret-42"
-USERNAME = "cloudstation"
+USERNAME = "build-shop"
+SECRET_NAME = build_secret_name("shop")
 BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
                          "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
 """pod-security-admission check_capabilities_baseline.go `capabilities_allowed_1_0` (unchanged 1.22-1.37)."""
@@ -232,15 +233,19 @@ def test_no_credential_in_the_item(mocked):
     assert {s["secretName"] for s in secrets.values()} == {SECRET_NAME}
     assert [i["key"] for i in secrets["credentials"]["items"]] == [bj.AUTH_KEY]
     assert [i["key"] for i in secrets["docker-config"]["items"]] == [bj.DOCKERCONFIG_KEY]
-    # The Secret built by BuildsNamespace holds exactly those keys, and the right values.
+    # The Secrets built by BuildsNamespace, one per project, hold exactly those keys, and each its
+    # project's build user.
     objects = build_mocked(mocked, lambda: BuildsNamespace("builds", namespace_args()) and None)
-    [secret] = [o for o in objects if o["kind"] == "Secret"]
-    assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    assert set(secret["stringData"]) == {bj.AUTH_KEY, bj.DOCKERCONFIG_KEY}
-    registration = next(r for r in mocked.registrations if r.type == "kubernetes:core/v1:Secret")
-    data = registration.inputs["stringData"]["value"]
-    assert base64.b64decode(data[bj.AUTH_KEY]).decode() == f"{USERNAME}:{PASSWORD}"
-    assert json.loads(data[bj.DOCKERCONFIG_KEY])["auths"][REGISTRY_HOST]["password"] == PASSWORD
+    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    assert sorted(secrets) == [build_secret_name("games"), SECRET_NAME]
+    for secret in secrets.values():
+        assert secret["type"] == "kubernetes.io/dockerconfigjson"
+        assert set(secret["stringData"]) == {bj.AUTH_KEY, bj.DOCKERCONFIG_KEY}
+    registrations = {r.inputs["metadata"]["name"]: r for r in mocked.registrations if r.type == "kubernetes:core/v1:Secret"}
+    for project, password in (("shop", PASSWORD), ("games", "games-pw")):
+        data = registrations[build_secret_name(project)].inputs["stringData"]["value"]
+        assert base64.b64decode(data[bj.AUTH_KEY]).decode() == f"build-{project}:{password}"
+        assert json.loads(data[bj.DOCKERCONFIG_KEY])["auths"][REGISTRY_HOST]["password"] == password
 
 
 # --- settings --------------------------------------------------------------------------------------
@@ -278,7 +283,8 @@ def test_defaults_open_no_egress():
 def namespace_args(settings: bj.BuildSettings | None = None) -> BuildsNamespaceArgs:
     return BuildsNamespaceArgs(namespace="cloudstation-builds", registry_host=REGISTRY_HOST,
                                registry_namespace="cloudstation", registry_pod_labels=REGISTRY_LABELS,
-                               username=USERNAME, password=PASSWORD, settings=settings or bj.BuildSettings())
+                               credentials={"shop": (USERNAME, PASSWORD), "games": ("build-games", "games-pw")},
+                               settings=settings or bj.BuildSettings())
 
 
 def allowed_flows(objects: list[dict]) -> set[tuple]:

@@ -21,6 +21,7 @@ from cloudstation_tools import render as render_module
 from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, kept_value
 from components.armada.auth import BUILDS_USER
 from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS
+from components.registry_access import BUILD_SECRET_PREFIX, build_user, gate_policy
 from infra import builds, delivery
 from tests.builds_program import ENTITY_BUILD, STATEFUL_SERVICE, run
 from tests.conftest import ROOT, objects
@@ -33,6 +34,21 @@ from tests.test_user_copy import copy_repository
 STACK = "test"
 REGISTRY_PASSWORD = kept_value("registry-auth-values", "password", 32)
 """The managed registry's password as the mocks make it up (components/registry.py: KeptSecret `<name>-auth-values`)."""
+
+
+def registry_users(config) -> dict[str, str]:
+    """The managed registry's other users (components/registry_access.py) with the passwords the mocks
+    make up: each project's kept pull credential (KeptSecret `registry-pull-<project>-values`) and
+    build credential (RandomPassword `registry-build-<project>-password`)."""
+    from cloudstation_tools.mocks import _random_password, unwrap_secrets
+    from components.registry_access import build_user, pull_user
+
+    users = {}
+    for project in builds.build_projects(config):
+        users[pull_user(project)] = kept_value(f"registry-pull-{project}-values", "password", 32)
+        made_up = _random_password(f"registry-build-{project}-password")({"length": 32})
+        users[build_user(project)] = unwrap_secrets(made_up)["result"]
+    return users
 
 
 def config_of(root: Path, stack: str = STACK):
@@ -80,12 +96,21 @@ def cluster(tmp_path_factory):
     copy = copy_repository(tmp_path_factory.mktemp("builds") / "repo")
     config = config_of(copy)
     host = builds.registry_service_host(config)
-    with RegistryServer(tmp_path_factory.mktemp("registry"), username=config.platform.registry.username,
-                        password=REGISTRY_PASSWORD) as registry, FakeArmada() as armada:
-        # The executor reads each entity's files at job time: the copy's, edited by the tests.
+    users = registry_users(config)
+    deployer = config.platform.registry.username
+    # The registry as the program deploys it: distribution behind the gate, with the program's users and policy.
+    policy = gate_policy(builds.build_projects(config), deployer, builds.in_armada(config))
+    with RegistryServer(tmp_path_factory.mktemp("registry"), username=deployer, password=REGISTRY_PASSWORD,
+                        users=users, policy=policy) as registry, FakeArmada() as armada:
+        # The executor reads each entity's files at job time: the copy's, edited by the tests; each build
+        # pod pushes with the credentials of the build Secret it mounts: its project's build user.
+        def build_login(secret: str) -> tuple[str, str]:
+            user = build_user(secret.removeprefix(BUILD_SECRET_PREFIX))
+            return user, users[user]
+
         with FakeExecutor(armada, registry, lambda project, entity: entities(copy)[(project, entity)],
                           registry_host=host, pod_security="baseline", namespace=config.platform.builds_namespace,
-                          builders=True) as executor:
+                          builders=True, credentials=build_login) as executor:
             yield Cluster(copy, registry, armada, executor)
 
 
@@ -290,9 +315,12 @@ def test_every_build_waits_for_its_queue_the_executors_the_builds_namespace_and_
     policies = [r for r in rendered.registrations if kind(r) == "NetworkPolicy" and in_namespace(r, builds_ns)]
     registry = [r for r in rendered.registrations if kind(r) == "Deployment" and in_namespace(r, config.platform.namespace)
                 and r.inputs["metadata"]["name"] == delivery.REGISTRY_NAME]
-    # One of each per executor (from the stack file), one namespace, its Secret, its policies, one registry.
+    # One of each per executor (from the stack file), one namespace, one build Secret per project (each
+    # project's own build user), its policies, one registry.
     assert len(deployments) == len(bindings) == len(config.platform.armada.executors) >= 1
-    assert len(namespace) == len(secrets) == len(registry) == 1 and len(policies) >= 4
+    assert len(namespace) == len(registry) == 1 and len(policies) >= 4
+    assert sorted(r.inputs["metadata"]["name"] for r in secrets) == sorted(
+        f"build-registry-{project}" for project in builds.build_projects(config))
     shared = {r.urn for r in [*deployments, *bindings, *namespace, *secrets, *policies, *registry]}
     queues = {r.inputs["name"]: r.urn for r in rendered.of_type("pulumi-python:dynamic/armada:Queue")}
 

@@ -212,6 +212,7 @@ def probe(tmp_path, registry, monkeypatch):
     pushed = registry.push(image, "tools/probe", "1.0.0")
     ref = f"{registry.host}/tools/probe:1.0.0"
     monkeypatch.setattr(versions, "TAGS", {**versions.TAGS, "probe": ref})
+    assert gate["image"] == versions.image(registry_component.GATE_IMAGE)  # the gate in front (docs/registry.md)
     return ref, pushed
 
 

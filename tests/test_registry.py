@@ -6,6 +6,8 @@ import base64
 import hashlib
 import json
 
+from pathlib import Path
+
 import bcrypt
 import pulumi
 import pulumi_kubernetes as k8s
@@ -24,11 +26,21 @@ from cloudstation_tools.render import ROOT
 from tests import promoted
 from tests.conftest import find, objects, pod_spec, spec_violations
 
-REGISTRY_OBJECTS = {
-    "Deployment": "registry", "Service": "registry", "NetworkPolicy": "registry",
-    "PersistentVolumeClaim": "registry-data", "ConfigMap": "registry-config", "Secret": "registry-auth",
-}
-"""What a managed registry consists of (kind -> name), besides the pull Secrets."""
+REGISTRY_OBJECTS = [
+    ("ConfigMap", "registry-config"), ("ConfigMap", "registry-gate"), ("Deployment", "registry"),
+    ("NetworkPolicy", "registry"), ("PersistentVolumeClaim", "registry-data"), ("Secret", "registry-auth"),
+    ("Secret", "registry-htpasswd"), ("Service", "registry"),
+]
+"""What a managed registry consists of (kind, name), besides the pull Secrets and each project's
+kept pull credential `registry-pull-<project>`."""
+GATE_IMAGE = versions.image(reg.GATE_IMAGE)
+PROJECTS = ["shop", "platform"]
+
+
+def deployment(config=None, name: str = "registry", **options) -> dict:
+    gate = reg.gate_config(PROJECTS, "cloudstation", True)
+    return reg.deployment_spec(name, options.pop("image", versions.image("registry")), config or managed(), GATE_IMAGE,
+                               gate, **options)
 
 
 def managed(**values) -> reg.RegistryConfig:
@@ -135,34 +147,67 @@ def test_registry_config_file_has_auth_storage_and_debug_health_but_no_secret():
     settings = yaml.safe_load(reg.registry_config_yaml())
     assert settings["auth"] == {"htpasswd": {"realm": "cloudstation", "path": "/auth/htpasswd"}}
     assert settings["storage"]["filesystem"]["rootdirectory"] == reg.DATA_PATH
-    assert settings["http"]["addr"] == ":5000" and settings["http"]["debug"]["addr"] == ":5001"
+    # The API on loopback only: every client goes through the gate on :5000 (components/registry_gate.py).
+    assert settings["http"]["addr"] == "127.0.0.1:5002" and settings["http"]["debug"]["addr"] == ":5001"
     assert settings["health"]["storagedriver"]["enabled"] is True
     assert "secret" not in settings["http"]  # REGISTRY_HTTP_SECRET comes from the Secret
 
 
 def test_registry_pod_is_restricted_probed_and_bounded():
-    spec = reg.deployment_spec("registry", versions.image("registry"), managed())
+    spec = deployment()
     pod = spec["template"]["spec"]
     name = "Deployment cloudstation/registry"
     assert spec_violations(name, pod) == []
-    (container,) = pod["containers"]
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert container["readinessProbe"]["httpGet"] == {"path": "/debug/health", "port": "debug"}
-    assert container["livenessProbe"]["tcpSocket"] == {"port": "http"}
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 5000, "debug": 5001}
-    assert container["env"] == [
+    registry, gate = pod["containers"]
+    for container in (registry, gate):
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert registry["readinessProbe"]["httpGet"] == {"path": "/debug/health", "port": "debug"}
+    assert registry["livenessProbe"]["tcpSocket"] == {"port": "debug"}  # its API is on loopback, out of the kubelet's reach
+    assert {p["name"]: p["containerPort"] for p in registry["ports"]} == {"debug": 5001}
+    assert registry["env"] == [
         {"name": "REGISTRY_HTTP_SECRET", "valueFrom": {"secretKeyRef": {"name": "registry-auth", "key": "http-secret"}}}
     ]
+    assert (gate["name"], gate["image"]) == ("gate", GATE_IMAGE)
+    assert gate["command"] == ["python3", "-I", "/etc/registry-gate/registry_gate.py"]
+    assert gate["args"] == ["--policy", "/etc/registry-gate/policy.json", "--listen", ":5000",
+                            "--upstream", "127.0.0.1:5002"]
+    assert {p["name"]: p["containerPort"] for p in gate["ports"]} == {"http": 5000}
+    assert gate["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert gate["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert "env" not in gate or all("valueFrom" not in e for e in gate["env"])  # the gate holds no secret
     assert spec["strategy"] == {"type": "Recreate"} and spec["replicas"] == 1
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "registry-data"}
-    assert volumes["auth"]["secret"]["secretName"] == "registry-auth"
+    assert volumes["auth"]["secret"]["secretName"] == "registry-htpasswd"
+    assert volumes["gate"]["configMap"] == {"name": "registry-gate"}
+    assert [m["name"] for m in gate["volumeMounts"]] == ["gate"]
     assert "emptyDir" in volumes["tmp"]
 
 
 def test_config_changes_roll_the_registry_pod():
-    annotations = reg.deployment_spec("registry", "img:1", managed())["template"]["metadata"]["annotations"]
-    assert annotations["cloudstation.io/config-sha256"] == hashlib.sha256(reg.registry_config_yaml().encode()).hexdigest()
+    """A new registry config, gate program or policy is a new pod template."""
+    rolled = lambda spec: spec["template"]["metadata"]["annotations"]["cloudstation.io/config-sha256"]  # noqa: E731
+    gate = reg.gate_config(PROJECTS, "cloudstation", True)
+    base = rolled(reg.deployment_spec("registry", "img:1", managed(), GATE_IMAGE, gate))
+    assert base == rolled(reg.deployment_spec("registry", "img:2", managed(), GATE_IMAGE, dict(gate)))
+    assert base != rolled(reg.deployment_spec("registry", "img:1", managed(), GATE_IMAGE, gate, metrics=True))
+    assert base != rolled(reg.deployment_spec("registry", "img:1", managed(), GATE_IMAGE,
+                                              reg.gate_config([*PROJECTS, "games"], "cloudstation", True)))
+    assert base != rolled(reg.deployment_spec("registry", "img:1", managed(), GATE_IMAGE,
+                                              {**gate, reg.GATE_PROGRAM: gate[reg.GATE_PROGRAM] + "\n"}))
+
+
+def test_the_gate_config_map_is_the_gate_itself_and_its_policy_without_secrets():
+    from components import registry_access
+    from components import registry_gate
+
+    data = reg.gate_config(PROJECTS, "cloudstation", True)
+    assert data[reg.GATE_PROGRAM] == Path(registry_gate.__file__).read_text()
+    assert json.loads(data[reg.GATE_POLICY]) == registry_access.gate_policy(PROJECTS, "cloudstation", True)
+    assert registry_gate.load_policy(json.loads(data[reg.GATE_POLICY])).users.keys() == {
+        "cloudstation", "build-shop", "build-platform", "pull-shop", "pull-platform"}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry-gate"}, "data": data}
+    assert checks.configmap_violations("ConfigMap cloudstation/registry-gate", config_map) == []
 
 
 def test_service_is_a_node_port_unless_a_load_balancer_is_asked_for():
@@ -206,7 +251,7 @@ def test_optional_exposure_objects_pass_the_official_schemas():
         as_object("NetworkPolicy", "networking.k8s.io/v1", "registry",
                   reg.network_policy_spec("registry", config, ["cloudstation"])),
         as_object("Ingress", "networking.k8s.io/v1", "registry", reg.ingress_spec("registry", config.ingress)),
-        as_object("Deployment", "apps/v1", "registry", reg.deployment_spec("registry", "img:1", config)),
+        as_object("Deployment", "apps/v1", "registry", deployment(config, image="img:1")),
     ]
     assert validate.validate_all(built) == []
     assert built[2]["spec"]["tls"] == [{"hosts": ["registry.example.com"], "secretName": "registry-tls"}]
@@ -223,7 +268,8 @@ def test_registry_component_keeps_a_bcrypt_htpasswd_of_a_generated_password_in_a
         component = reg.Registry(
             "registry",
             reg.RegistryArgs(config=managed(username="pusher"), namespace="cloudstation",
-                             client_namespaces=["cloudstation"], image="img:1"),
+                             client_namespaces=["cloudstation"], image="img:1", projects=PROJECTS,
+                             builds_in_cluster=True, gate_image=GATE_IMAGE),
         )
         return component.password
 
@@ -245,6 +291,62 @@ def test_registry_component_keeps_a_bcrypt_htpasswd_of_a_generated_password_in_a
     assert all(r.name.startswith("registry-") for r in children)
 
 
+def test_each_project_gets_a_kept_pull_user_and_a_build_user_and_distribution_all_their_lines(mocked):
+    """Pull credentials are kept like `registry-auth` (prod's pull Secrets hold them); build
+    credentials open no kept data and are plain RandomPasswords; distribution's htpasswd file (its
+    own Secret, not kept) has one bcrypt line per user."""
+    from components import registry_access
+
+    seen: dict = {}
+
+    @pulumi.runtime.test
+    def build():
+        component = reg.Registry(
+            "registry",
+            reg.RegistryArgs(config=managed(), namespace="cloudstation", client_namespaces=["cloudstation"],
+                             image="img:1", projects=PROJECTS, builds_in_cluster=True, gate_image=GATE_IMAGE),
+        )
+        seen.update(pulls=component.pull_passwords, builds=component.build_passwords)
+        return component.password
+
+    build()
+    assert sorted(seen["pulls"]) == sorted(seen["builds"]) == sorted(PROJECTS)
+    by_name = {r.name: r for r in mocked.registrations}
+    for project in PROJECTS:
+        values = by_name[f"registry-pull-{project}-values"]
+        assert (values.inputs["name"], values.inputs["lengths"]) == (f"registry-pull-{project}", {"password": 32})
+        assert values.inputs["htpasswd"] == {"key": "htpasswd", "username": f"pull-{project}", "passwordKey": "password"}
+        secret = by_name[f"registry-pull-{project}"]
+        assert secret.inputs["stringData"]["value"]["username"] == f"pull-{project}"
+        assert by_name[f"registry-build-{project}-password"].type == "random:index/randomPassword:RandomPassword"
+    assert not any(name.startswith("registry-build-") and name.endswith("-values") for name in by_name)
+    htpasswd = by_name["registry-htpasswd"].inputs
+    assert is_wrapped_secret(htpasswd["stringData"])
+    lines = htpasswd["stringData"]["value"]["htpasswd"].splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == sorted(registry_access.usernames(PROJECTS, "cloudstation", True))
+    assert all(line.split(":", 1)[1].startswith("$2") for line in lines)
+    assert json.loads(by_name["registry-gate"].inputs["data"][reg.GATE_POLICY]) == registry_access.gate_policy(
+        PROJECTS, "cloudstation", True)
+    deployment = by_name["registry-deploy"]
+    for dependency in ("registry-htpasswd", "registry-gate", "registry-auth", "registry-config"):
+        assert by_name[dependency].urn in deployment.dependencies, dependency
+
+
+def test_the_project_name_builds_is_reserved_for_the_build_contexts():
+    """A project `builds` would have images `builds/<entity>` and a build user with rights on
+    `builds/*`: every project's build contexts."""
+    values = render.StackFile.read("test").values
+    values["cloudstation:projects"] = values["cloudstation:projects"].replace('"name": "shop"', '"name": "builds"')
+    with pytest.raises(stack_config.ConfigError, match=r"projects\[0\]\.name: 'builds' — 'builds' is reserved"):
+        stack_config.load(values, root=ROOT)
+
+
+@pytest.mark.parametrize("username", ["build-shop", "pull-x"])
+def test_the_deployers_user_name_cannot_be_a_build_or_pull_user(username):
+    with pytest.raises(ValueError, match="build-<project> and pull-<project>"):
+        managed(username=username)
+
+
 def access_for(stack_file: render.StackFile, seen: dict):
     """Run deploy_registry + image_pull_secret for a stack file's config under the active mocks."""
     config = stack_config.load(stack_file.values, root=ROOT)
@@ -256,9 +358,9 @@ def access_for(stack_file: render.StackFile, seen: dict):
         stack = StackContext(config, "unit", provider)
         namespace = Namespace("platform", NamespaceArgs(name=config.platform.namespace), stack.opts)
         access = delivery.deploy_registry(stack, namespace)
-        delivery.image_pull_secret("pull-platform", access, namespace.name, stack.opts)
+        delivery.image_pull_secret("pull-platform", access, "platform", namespace.name, stack.opts)
         seen["access"] = access
-        return access.dockerconfigjson.apply(lambda value: seen.update(dockerconfigjson=json.loads(value)))
+        return access.dockerconfigjson("platform").apply(lambda value: seen.update(dockerconfigjson=json.loads(value)))
 
     run()
     return seen["access"]
@@ -271,14 +373,22 @@ def pull_secret_config(mocked) -> dict:
     return json.loads(pull.inputs["stringData"]["value"][".dockerconfigjson"])
 
 
-def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(mocked):
+@pytest.fixture
+def prod_file() -> render.StackFile:
+    """The promoted prod stack file, read before `mocked` installs its mocks (the first read renders
+    the test stack, with mocks of its own)."""
+    return promoted.read("prod")
+
+
+def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(prod_file, mocked):
     seen: dict = {}
-    access = access_for(promoted.read("prod"), seen)
+    access = access_for(prod_file, seen)
     auths = seen["dockerconfigjson"]["auths"]
     assert list(auths) == ["localhost:32000"]
-    # The fake existing Secret `cloudstation/registry-auth` of cloudstation_tools/mocks.py
-    assert auths["localhost:32000"]["username"] == "username-of-cloudstation/registry-auth"
-    assert auths["localhost:32000"]["password"] == "password-of-cloudstation/registry-auth"
+    # The owner's kept pull credential of the project (platform: project-state's namespace), the fake
+    # existing Secret `cloudstation/registry-pull-platform` of cloudstation_tools/mocks.py.
+    assert auths["localhost:32000"]["username"] == "username-of-cloudstation/registry-pull-platform"
+    assert auths["localhost:32000"]["password"] == "password-of-cloudstation/registry-pull-platform"
     assert pull_secret_config(mocked) == seen["dockerconfigjson"]
     assert not [r for r in mocked.registrations if r.type.startswith(("kubernetes:apps", "random:"))]
     assert access.pull_host == "localhost:32000" and access.registry is None
@@ -309,7 +419,8 @@ def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
     registry = sorted((o["kind"], o["metadata"]["name"]) for o in found if o not in pull_secrets)
     if rendered.stack == "test":
         assert config.platform.registry.mode == "managed"
-        assert registry == sorted(REGISTRY_OBJECTS.items())  # each exactly once
+        pulls = [("Secret", f"registry-pull-{project}") for project in delivery.image_projects(config)]
+        assert registry == sorted(REGISTRY_OBJECTS + pulls)  # each exactly once
         assert {o["metadata"]["namespace"] for o in found if o not in pull_secrets} == {config.platform.namespace}
         assert find(rendered, "Secret", "registry-auth")["type"] == "Opaque"
     else:
@@ -335,8 +446,9 @@ def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stack
     pod = pod_spec(deployment)
     assert checks.restricted_violations("registry", pod) == []
     assert checks.resource_violations("registry", pod) == []
-    (container,) = pod["containers"]
+    container, gate = pod["containers"]
     assert container["image"] == versions.image("registry", config.platform.image_mirror)
+    assert gate["image"] == versions.image(reg.GATE_IMAGE, config.platform.image_mirror)
     assert container["readinessProbe"]["httpGet"]["path"] == "/debug/health"
     claim = find(rendered, "PersistentVolumeClaim", "registry-data", config.platform.namespace)
     assert claim["spec"]["resources"]["requests"]["storage"] == config.platform.registry.storage.size
@@ -413,8 +525,9 @@ def test_registry_serves_the_config_file_it_is_given(rendered_stacks):
     rendered = rendered_stacks["test"]
     namespace = render.validate_config("test").platform.namespace
     pod = pod_spec(find(rendered, "Deployment", "registry", namespace))
-    (container,) = pod["containers"]
-    config_volumes = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+    container = pod["containers"][0]
+    config_volumes = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v
+                      and any(m["name"] == v["name"] for m in container["volumeMounts"])}
     [(volume, config_map_name)] = config_volumes.items()
     [mount] = [m for m in container["volumeMounts"] if m["name"] == volume]
     config_map = find(rendered, "ConfigMap", config_map_name, namespace)

@@ -7,7 +7,7 @@
   cluster-scoped objects, NodePorts): each `pulumi up` would overwrite the other's, and destroying
   either deletes them for both.
 - Secrets a stack reads but no stack of its cluster creates where it reads them (a shared registry's
-  `registry-auth` in the owner's namespace); Secrets in namespaces no stack manages are the user's to
+  `registry-auth` and `registry-pull-<project>` in the owner's namespace); Secrets in namespaces no stack manages are the user's to
   create (a notice).
 - The cluster budget (`platform.clusterBudget` of the owner stack) against everything the cluster's
   stacks run (cloudstation_tools/cluster_fit.py).
@@ -26,7 +26,7 @@ from cloudstation_tools import cluster_fit, promote
 from cloudstation_tools.check.findings import ERROR, NOTICE, Finding, keyed, show
 from cloudstation_tools.check.stacks import Stack
 from infra import cluster_sharing, quantities
-from components.registry import AUTH_SECRET_SUFFIX
+from components.registry import AUTH_SECRET_SUFFIX, pull_secret_name
 from infra.delivery import REGISTRY_NAME
 from infra.config import PROJECT
 
@@ -193,13 +193,20 @@ def secret_reads(group: list[Stack], cluster: str) -> list[Finding]:
     namespaces = {name: stack for stack in group for (kind, _, name) in identities(stack) if kind == "Namespace"}
     found = []
     for stack in group:
+        # Missing Secrets, grouped: a shared registry's (registry-auth, each project's registry-pull-<project>)
+        # are one mistake, its ownerNamespace, so one finding names them all.
+        missing: dict[tuple[str, str], list[str]] = {}
         for read in sorted(set(stack.rendered.reads.values())):
             type_, _, ident = read.partition(" ")
             namespace, _, name = ident.partition("/")
-            if not type_.endswith(":Secret") or (namespace, name) in created:
-                continue
+            if type_.endswith(":Secret") and (namespace, name) not in created:
+                shared_registry = _reader_key(stack, namespace, name) == f"{PROJECT}:platform.registry.ownerNamespace"
+                missing.setdefault((namespace, "" if shared_registry else name), []).append(name)
+        for (namespace, _), names in missing.items():
+            name = names[0]
             key = _reader_key(stack, namespace, name)
             shared_registry = key == f"{PROJECT}:platform.registry.ownerNamespace"  # never made by hand
+            also = f" (and {', '.join(names[1:])})" if names[1:] else ""
             if namespace not in namespaces and not shared_registry:
                 found.append(keyed(
                     NOTICE, stack.file, stack.lines, key, show(f"{namespace}/{name}"),
@@ -215,8 +222,8 @@ def secret_reads(group: list[Stack], cluster: str) -> list[Finding]:
             found.append(keyed(
                 ERROR, stack.file, stack.lines, key,
                 show(stack.config.platform.registry.owner_namespace) if shared_registry else show(namespace),
-                f"reads the Secret {namespace}/{name}, which no stack of its cluster ({describe(cluster)}) creates there "
-                f"({whose}): the deployment would wait for it and fail{hint}",
+                f"reads the Secret {namespace}/{name}{also}, which no stack of its cluster ({describe(cluster)}) creates "
+                f"there ({whose}): the deployment would wait for it and fail{hint}",
                 "clusters", related=tuple({owner.file} - {stack.file}) if owner else ()))
     return found
 
@@ -226,7 +233,8 @@ def _reader_key(stack: Stack, namespace: str, name: str) -> Optional[str]:
     (infra/delivery.py), a `{namespace, name}` reference (credentialsSecret, caSecret, ...), else a
     key holding the namespace."""
     registry = stack.config.platform.registry
-    if registry.mode == "shared" and name == REGISTRY_NAME + AUTH_SECRET_SUFFIX:
+    if registry.mode == "shared" and (name == REGISTRY_NAME + AUTH_SECRET_SUFFIX
+                                      or name.startswith(pull_secret_name(REGISTRY_NAME, ""))):
         return f"{PROJECT}:platform.registry.ownerNamespace"
     return value_path(stack.raw, {"namespace": namespace, "name": name}) or value_path(stack.raw, namespace)
 
