@@ -186,8 +186,9 @@ def test_the_registry_serves_the_config_it_mounts(rendered_stacks):
     # auth of ours) can be the one that runs.
     registry = find(rendered_stacks["test"], "Deployment", "registry")
     spec = pod_spec(registry)
-    [container] = spec["containers"]
+    container, gate = spec["containers"]
     assert container["image"] == versions.image("registry")
+    assert gate["image"] == versions.image(registry_component.GATE_IMAGE)  # the gate in front (docs/registry.md)
     assert container["args"] == [f"{registry_component.CONFIG_DIR}/config.yml"]
     assert {"name": "config", "mountPath": registry_component.CONFIG_DIR, "readOnly": True} in container["volumeMounts"]
     major = int(versions.tag_of(versions.TAGS["registry"]).split(".")[0])
@@ -212,7 +213,6 @@ def probe(tmp_path, registry, monkeypatch):
     pushed = registry.push(image, "tools/probe", "1.0.0")
     ref = f"{registry.host}/tools/probe:1.0.0"
     monkeypatch.setattr(versions, "TAGS", {**versions.TAGS, "probe": ref})
-    assert gate["image"] == versions.image(registry_component.GATE_IMAGE)  # the gate in front (docs/registry.md)
     return ref, pushed
 
 
