@@ -583,6 +583,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _relay(self, answer: http.client.HTTPResponse, user: str) -> None:
         """The registry's answer to the client as it came (hop-by-hop headers aside), streamed."""
         self.send_response_only(answer.status, answer.reason)
+        self._responded = True  # from here on a failure can only end the connection
         length = answer.getheader("Content-Length")
         bodiless = self.command == "HEAD" or answer.status in (204, 304) or 100 <= answer.status < 200
         for name, value in answer.getheaders():
@@ -592,11 +593,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if length is not None:
                 self.send_header("Content-Length", length)
             self.end_headers()
-            while not bodiless:
-                piece = answer.read(CHUNK)
-                if not piece:
-                    break
+            remaining = 0 if bodiless else int(length)
+            while remaining > 0:
+                piece = answer.read(min(CHUNK, remaining))
+                if not piece:  # http.client returns b"" when the registry closes early; the client must see it end short
+                    raise http.client.IncompleteRead(b"", remaining)
                 self.wfile.write(piece)
+                remaining -= len(piece)
             if bodiless:
                 answer.read()
         else:
@@ -613,6 +616,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._log(user, answer.status)
 
     def _handle(self) -> None:
+        self._responded = False
         target = self.path
         if target == "/healthz" and self.command in ("GET", "HEAD"):
             return self._health()
@@ -640,6 +644,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException, ValueError) as error:
             self._drop_upstream()
             self.close_connection = True
+            if self._responded:  # the answer is under way: cutting the connection is all that is left
+                self._log(user, 502, f"the answer broke off: {type(error).__name__}: {error}")
+                return
             try:
                 self._unavailable(user, f"forwarding {self.command} {path} failed: {type(error).__name__}: {error}")
             except OSError:

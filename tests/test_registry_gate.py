@@ -451,3 +451,61 @@ def test_garbage_collection_and_retention_work_with_the_gate_in_front(tmp_path, 
         pulled = requests.get(f"{registry.url}/v2/shop/cart/manifests/{kept}", headers={"Accept": ACCEPT},
                               auth=login("pull-shop"), timeout=5)
         assert pulled.status_code == 200
+
+
+def test_an_answer_that_breaks_off_upstream_is_cut_off_not_patched_with_an_error(tmp_path):
+    """A registry that dies mid-body: the client's answer ends short (the connection closes), never
+    continued with an error answer of the gate's that would pass for the rest of the blob."""
+    import socket as sockets
+
+    listener = sockets.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += connection.recv(65536) or b"\r\n\r\n"
+                if data.startswith(b"GET /v2/ "):  # the gate's authentication check: accepted
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+                else:  # 100 bytes announced, 10 sent, then gone
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+
+    threading.Thread(target=serve, daemon=True).start()
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps(access.gate_policy(PROJECTS, DEPLOYER, True)))
+    from tests.registry_server import free_port
+
+    port = free_port()
+    log = open(tmp_path / "gate.log", "wb")
+    process = subprocess.Popen([sys.executable, "-I", gate.__file__, "--policy", str(policy_file),
+                                "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{listener.getsockname()[1]}"],
+                               stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(200):
+            try:
+                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except requests.ConnectionError:
+                import time
+
+                time.sleep(0.02)
+        received = b""
+        with pytest.raises(requests.exceptions.ChunkedEncodingError):
+            with requests.get(f"http://127.0.0.1:{port}/v2/games/snake/blobs/sha256:{'a' * 64}",
+                              auth=login("build-games"), stream=True, timeout=10) as answer:
+                for chunk in answer.iter_content(1):
+                    received += chunk
+        assert received == b"x" * 10
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        listener.close()
+        log.close()
+    assert "the answer broke off" in (tmp_path / "gate.log").read_text()
