@@ -10,6 +10,7 @@ before validating admission runs)."""
 from __future__ import annotations
 
 import json
+import re
 
 import celpy
 import pytest
@@ -107,6 +108,67 @@ def test_every_expression_of_the_policy_compiles(rendered):
         compile_cel(expression)
     with pytest.raises(celpy.CELParseError):  # the check can fail
         compile_cel("request.namespace in [")
+
+
+MATCHED_KINDS = {("", "pods"): "io.k8s.api.core.v1.Pod", ("", "services"): "io.k8s.api.core.v1.Service",
+                 ("networking.k8s.io", "ingresses"): "io.k8s.api.networking.v1.Ingress"}
+"""The schema definition of each resource the policy may match (kubernetes-validate's `_definitions.json`)."""
+OBJECT_FIELDS = re.compile(r"(?<![\w.])(?:object|oldObject)((?:\.[A-Za-z_]\w*)+)")
+"""A statically typed field path on the admitted object: `object.spec.hostUsers`, not `dyn(object.spec).hostUsers`
+(the match stops at `object.spec`, which every kind has)."""
+
+
+def schema_definitions(version: str) -> dict:
+    import kubernetes_validate.utils
+    return kubernetes_validate.utils.schema_contents(
+        f"kubernetes-json-schema/v{version}.0-local/_definitions.json", version)["$defs"]
+
+
+def undefined_fields(expression: str, definition: str, definitions: dict) -> list[str]:
+    """The paths of `expression` that name a field `definition` does not have: what the API server's
+    type check reports as "undefined field" for that kind. A map (labels) or a scalar ends the walk
+    (what follows is a key or a function)."""
+    found = []
+    for match in OBJECT_FIELDS.finditer(expression):
+        schema = definitions[definition]
+        for name in match[1].split(".")[1:]:
+            while "$ref" in schema:
+                schema = definitions[schema["$ref"].rsplit("/", 1)[-1]]
+            if "properties" not in schema:
+                break
+            if name not in schema["properties"]:
+                found.append(f"{match[0]}: undefined field {name!r} of {definition.rsplit('.', 1)[-1]}")
+                break
+            schema = schema["properties"][name]
+    return found
+
+
+def test_every_expression_type_checks_against_every_kind_it_matches(rendered):
+    """The API server type-checks each validation against every kind `matchConstraints` matches and
+    writes what does not check into `status.typeChecking.expressionWarnings` (kubernetes
+    staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/typechecking.go `Check`,
+    `typesToCheck`: `object` typed per matched kind). A Pod field read as `object.spec.<field>` is
+    "undefined field" for Service and Ingress even behind `request.kind.kind != 'Pod' ||`; admission
+    itself compiles `object` as dyn (plugin/cel/compile.go), so the guard works, but the policy is
+    reported as broken. Reading pod-only fields through `dyn(...)` leaves them to that guard. The
+    end-to-end tier reads the real status (e2e/test_security.py); this is its offline counterpart,
+    seen failing on `object.spec.serviceAccountName` and `object.spec.hostUsers`."""
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    kinds = [MATCHED_KINDS[(group, resource)] for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+             for group in rule["apiGroups"] for resource in rule["resources"]]
+    assert sorted(kinds) == sorted(MATCHED_KINDS.values())
+    for version in validate.SUPPORTED_VERSIONS:
+        definitions = schema_definitions(version)
+        problems = [f"validations[{i}] @ {version}: {problem}"
+                    for i, validation in enumerate(policy["spec"]["validations"]) for kind in kinds
+                    for problem in undefined_fields(validation["expression"], kind, definitions)]
+        assert problems == []
+    # The check can fail: a Pod field read statically, and a field no kind has.
+    definitions = schema_definitions(validate.SUPPORTED_VERSIONS[-1])
+    assert undefined_fields("object.spec.hostUsers == false", MATCHED_KINDS[("", "services")], definitions)
+    assert undefined_fields("object.metadata.labelz == {}", MATCHED_KINDS[("", "pods")], definitions)
+    assert not undefined_fields("has(dyn(object.spec).hostUsers) && object.metadata.labels.exists(k, k == 'a')",
+                                MATCHED_KINDS[("", "services")], definitions)
 
 
 def test_the_policy_applies_to_exactly_the_executors(rendered):

@@ -423,3 +423,54 @@ def test_docs_state_the_supported_kubernetes_versions():
         if any(r != supported[: len(r)] for r in ranges)
     }
     assert not wrong, f"Kubernetes versions stated other than {supported[0]} to {supported[1]}: {wrong}"
+
+
+# --- docs/security.md: its guards exist, its Pod Security exceptions are the stacks' -------------------
+
+SECURITY = ROOT / "docs" / "security.md"
+
+
+def defined_tests() -> set[str]:
+    return {name for folder in ("tests", "e2e") for path in sorted((ROOT / folder).glob("test_*.py"))
+            for name in re.findall(r"^\s*def (test_\w+)\(", path.read_text(encoding="utf-8"), flags=re.M)}
+
+
+def test_every_guard_docs_security_names_exists():
+    """docs/security.md: "Every claim below is guarded by a test named in its section". A test it names
+    that does not exist guards nothing: its "holds exactly upstream's ClusterRole
+    (`test_cluster_role_is_exactly_upstreams`)" was such a name, for an operator that holds no
+    ClusterRole at all (e2e/test_security.py checks it against the API server)."""
+    text = SECURITY.read_text(encoding="utf-8")
+    named = set(re.findall(r"`(test_\w+)`", text))
+    assert named and sorted(named - defined_tests()) == []
+    files = set(re.findall(r"\b(tests/test_\w+\.py|e2e/test_\w+\.py)", text))
+    assert sorted(f for f in files if not (ROOT / f).is_file()) == []
+
+
+def test_the_pod_security_exceptions_of_docs_security_are_every_relaxed_namespace(rendered_stacks):
+    """docs/security.md's lead: "Every workload meets Pod Security "restricted" except ...": every
+    namespace a stack enforces below restricted is named there for what runs in it: the entity
+    namespaces (the operator's pods), the job namespaces (`jobNamespacePodSecurity`) and the builds
+    namespace (kaniko: components/build_job.py POD_SECURITY_LEVEL, whose build pods the end-to-end
+    tier sees warned for restricted; it was missing)."""
+    from tests.armada_variants import config_of
+
+    text = SECURITY.read_text(encoding="utf-8")
+    [sentence] = re.findall(r"^Every workload meets Pod Security .*?(?=\n\n)", text, flags=re.M | re.S)
+    sentence = " ".join(sentence.split())
+    for stack, rendered in rendered_stacks.items():
+        config = config_of(rendered)
+        entity_namespaces = {rendered.outputs["projectStateNamespace"], *rendered.outputs["projectNamespaces"].values()}
+        for namespace in (o for o in rendered.manifests() if o["kind"] == "Namespace"):
+            name = namespace["metadata"]["name"]
+            if namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted":
+                continue
+            if name in entity_namespaces:
+                phrase = "operator-made entity pods"
+            elif name in config.platform.armada.job_namespaces:
+                phrase = "`jobNamespacePodSecurity`"
+            elif name == config.platform.builds_namespace:
+                phrase = "builds namespace"
+            else:
+                phrase = f"namespace {name}"
+            assert phrase in sentence, f"{stack}: {name} enforces below restricted; docs/security.md: {sentence!r}"

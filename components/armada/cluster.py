@@ -73,6 +73,10 @@ def service_account_user(namespace: str, name: str) -> str:
     return f"system:serviceaccount:{namespace}:{name}"
 
 
+POD_SPEC = "dyn(object.spec)"
+"""A pod's spec in the policy's CEL, dynamically typed: the policy also matches services and ingresses,
+whose specs lack the pod's fields (`job_policy_validations`)."""
+
 QUEUE_LABEL = "armada_queue_id"
 """The label Armada's executor sets on a job's pod to the job's queue, over any label the job
 asked for (v0.22.7 internal/executor/util/kubernetes_object.go `CreatePodFromExecutorApiJob`:
@@ -88,7 +92,15 @@ def job_policy_validations(
     (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`). With a builds
     namespace: only jobs of the build queues run there (its pods may read the registry's push
     credentials), and only they may carry `build_labels`; with `build_user_namespace`, its pods must
-    run in their own user namespace (`hostUsers: false`)."""
+    run in their own user namespace (`hostUsers: false`).
+
+    Pod-only fields are read through `dyn(object.spec)`, each behind `request.kind.kind != 'Pod' ||`:
+    the API server type-checks every validation against each kind `matchConstraints` matches
+    (kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/typechecking.go:
+    `object` typed as Pod, Service and Ingress in turn) and reports `object.spec.serviceAccountName`
+    as an undefined field of Service and Ingress in `status.typeChecking`, although admission compiles
+    `object` as dyn (plugin/cel/compile.go) and the guard short-circuits for them. Seen in the
+    end-to-end tier (e2e/test_security.py); tests/test_armada_security.py checks it offline."""
     # A key whose prefix is the domain or a subdomain of it (core CEL `matches`, RE2 syntax).
     platform_label = f"k.matches('^([^/]*[.])?{PLATFORM_LABEL_DOMAIN.replace('.', '[.]')}/')"
     if build_namespace:
@@ -109,7 +121,7 @@ def job_policy_validations(
         builds.append({
             "expression": (
                 f"request.namespace != '{build_namespace}' || request.kind.kind != 'Pod' || "
-                "(has(object.spec.hostUsers) && object.spec.hostUsers == false)"
+                f"(has({POD_SPEC}.hostUsers) && {POD_SPEC}.hostUsers == false)"
             ),
             "message": (f"build pods in {build_namespace} must run in their own user namespace (hostUsers: false; "
                         "the API server drops it when its UserNamespacesSupport gate is off): enable user namespaces, "
@@ -125,8 +137,8 @@ def job_policy_validations(
         {
             "expression": (
                 "request.kind.kind != 'Pod' || ("
-                f"(!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == '{job_service_account}') && "
-                f"(!has(object.spec.serviceAccount) || object.spec.serviceAccount == '{job_service_account}'))"
+                f"(!has({POD_SPEC}.serviceAccountName) || {POD_SPEC}.serviceAccountName == '{job_service_account}') && "
+                f"(!has({POD_SPEC}.serviceAccount) || {POD_SPEC}.serviceAccount == '{job_service_account}'))"
             ),
             "message": f"Armada job pods run as the service account '{job_service_account}' only",
             "reason": "Forbidden",
