@@ -41,20 +41,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture(scope="session")
-def run_lock():
-    """One run of the tier at a time on a machine: the stack files name fixed local ports
-    (`armada.queueApi.url`, localhost:8080), which a second run's port-forwards would take over."""
-    import fcntl
-    import os
-    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cloudstation-e2e" / "run.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-@pytest.fixture(scope="session")
-def platform(request, kubernetes: str, run_lock):
+def platform(request, kubernetes: str):
     tools = read_tools(Path(request.config.getoption("--tools")))
     work = Path(tempfile.mkdtemp(prefix=f"cloudstation-e2e-{kubernetes}-"))
     started = time.monotonic()

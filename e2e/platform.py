@@ -81,6 +81,7 @@ class Platform:
     log: list[Result] = field(default_factory=list)
 
     def start(self) -> "Platform":
+        self._lock()
         self.repo = self.work / "repo"
         copy_tree(ROOT, self.repo)
         for directory in ("state", "tmp"):
@@ -102,6 +103,15 @@ class Platform:
                                         lambda: self.executor_account(armada_namespace))
         return self
 
+    def _lock(self) -> None:
+        """One platform at a time on a machine: the stack files name fixed local ports
+        (`armada.queueApi.url`, localhost:8080), which a second run's port-forwards would take over."""
+        import fcntl
+        path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cloudstation-e2e" / "run.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = path.open("w")
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+
     def stop(self) -> None:
         for part in ("executor", "armada"):
             with contextlib.suppress(Exception):
@@ -110,6 +120,9 @@ class Platform:
             self.registry.stop()
         with contextlib.suppress(Exception):
             self.cluster.stop()
+        if getattr(self, "_lock_file", None) is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     # --- the program's view -------------------------------------------------------------------
 
