@@ -165,7 +165,8 @@ def admission(config: StackConfig) -> dict:
         return {}
     return {"build_namespace": config.platform.builds_namespace, "build_queues": tuple(build_queues(config)),
             "build_labels": (LABEL_PROJECT, LABEL_ENTITY, LABEL_CONTENT_TAG),
-            "build_user_namespace": config.platform.builds.user_namespace}
+            "build_user_namespace": config.platform.builds.user_namespace,
+            "build_secrets": {project_queue_name(p): build_secret_name(p) for p in build_projects(config)}}
 
 
 def armada_builds(config: StackConfig, auth, builds_namespace: BuildsNamespace, queues, executors) -> ArmadaBuilds:
@@ -263,10 +264,10 @@ def entity_build(
             timeout_seconds=settings.timeout_seconds + QUEUE_GRACE_SECONDS,
             poll_seconds=POLL_SECONDS,
             binoculars_url=armada.binoculars_url,
-        ),
             # The managed registry's gate makes the project's own builds the only writer of its
             # content tags (components/entity_build.py, "Digests are never switched silently").
             adopt_existing=access.registry is not None,
+        ),
         # The registry's Deployment, Service and policy, not the component (see `armada_builds`).
         pulumi.ResourceOptions(depends_on=[*armada.waits.get(project, []),
                                            *(access.registry.serving if access.registry else [])]),

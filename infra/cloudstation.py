@@ -111,11 +111,11 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             ],
             store_kind=platform.project_state_store,
             builds=built.get(delivery.PLATFORM_PROJECT, []),
+            pull_secret=pull_secret(delivery.PLATFORM_PROJECT),
             **common,
         ),
         stack.opts,
     )
-            pull_secret=pull_secret(delivery.PLATFORM_PROJECT),
     monitoring.environment(stack, "project-state-entity", state_environment, state_namespace, platform.project_state_store)
 
     namespaces: dict[str, pulumi.Output[str]] = {}
@@ -136,11 +136,11 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
                 ],
                 store_kind=project.store,
                 builds=built.get(project.name, []),
+                pull_secret=pull_secret(project.name),
                 **common,
             ),
             stack.opts,
         )
-                pull_secret=pull_secret(project.name),
         namespaces[project.name] = environment_.namespace
         monitoring.environment(stack, f"{project.name}-entity", environment_, project_namespace(project.name, environment), project.store)
     monitoring.platform_dashboard(

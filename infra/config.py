@@ -588,6 +588,11 @@ class StackConfig(ConfigModel):
             if project.name == "platform":
                 raise problem("'platform' is reserved (the project-state entity's image is platform/project-state)",
                               f"[{index}].name", project.name)
+            if project.name == CONTEXT_REPOSITORY_PART:
+                # Its images would be `builds/<entity>` and its build user's rights `builds/*`: every
+                # project's build contexts (components/registry_access.py).
+                raise problem(f"'{CONTEXT_REPOSITORY_PART}' is reserved (every project's build contexts are "
+                              f"{CONTEXT_REPOSITORY_PART}/<project>/<entity> in the registry)", f"[{index}].name", project.name)
         return projects
 
     @model_validator(mode="after")
@@ -613,11 +618,6 @@ class StackConfig(ConfigModel):
                     raise problem(
                         f"'{service}' (the entity's StatefulService and Service name) has {len(service)} "
                         "characters; project and entity name together may have at most 62",
-            if project.name == CONTEXT_REPOSITORY_PART:
-                # Its images would be `builds/<entity>` and its build user's rights `builds/*`: every
-                # project's build contexts (components/registry_access.py).
-                raise problem(f"'{CONTEXT_REPOSITORY_PART}' is reserved (every project's build contexts are "
-                              f"{CONTEXT_REPOSITORY_PART}/<project>/<entity> in the registry)", f"[{index}].name", project.name)
                         f"projects[{index}].entities[{position}].name",
                         entity.name,
                     )

@@ -100,10 +100,10 @@ def test_every_expression_of_the_policy_compiles(rendered):
     policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
     expressions = [c["expression"] for c in policy["spec"]["matchConditions"]]
     expressions += [v["expression"] for v in policy["spec"]["validations"]]
-    # With a builds namespace: only the build queues' jobs run there, and (platform.builds.userNamespace)
-    # only in their own user namespace (infra/builds.py admission).
+    # With a builds namespace: only the build queues' jobs run there, (platform.builds.userNamespace)
+    # only in their own user namespace, each with its own project's build Secret only (infra/builds.py admission).
     builds = bool(rendered.of_type("cloudstation:builds:BuildsNamespace"))
-    assert len(expressions) == 4 + builds + (builds and config_of(rendered).platform.builds.user_namespace)
+    assert len(expressions) == 4 + 2 * builds + (builds and config_of(rendered).platform.builds.user_namespace)
     for expression in expressions:
         compile_cel(expression)
     with pytest.raises(celpy.CELParseError):  # the check can fail

@@ -183,6 +183,59 @@ def test_the_job_policy_admits_a_build_pod_only_in_its_own_user_namespace(render
     assert admitted(policy, admission_request(request["userInfo"]["username"], other), elsewhere)
 
 
+def test_a_build_pod_refers_to_its_own_projects_build_secret_only(rendered_stacks):
+    """Issue 20 item 1: every project's builds run in one namespace, which holds every project's
+    build Secret; a pod of queue `<project>-builds` may mount `<project>`'s only (its project's push
+    rights), however it refers to a Secret."""
+    from components.registry_access import build_secret_name
+
+    rendered = rendered_stacks["test"]
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    request, pod = build_pod(rendered)
+    project = pod["metadata"]["labels"]["cloudstation.io/project"]
+    own = build_secret_name(project)
+    other = build_secret_name(next(p for p in builds.build_projects(config_of(rendered)) if p != project))
+    assert {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v} == {own}
+    assert admitted(policy, request, pod)
+
+    def changed(change) -> dict:
+        changed_pod = copy.deepcopy(pod)
+        change(changed_pod["spec"])
+        return changed_pod
+
+    def volume(spec, source):
+        spec["volumes"].append({"name": "other", **source})
+
+    def env(kind, field):
+        def change(spec):
+            container = (spec.get(kind) or [{"name": "x", "image": "busybox"}])[0]
+            spec[kind] = [container, *(spec.get(kind) or [])[1:]]
+            container.setdefault(field, []).append(
+                {"name": "X", "valueFrom": {"secretKeyRef": {"name": other, "key": "auth"}}} if field == "env"
+                else {"secretRef": {"name": other}})
+        return change
+
+    refused = {
+        "a secret volume": lambda spec: volume(spec, {"secret": {"secretName": other}}),
+        "a projected secret": lambda spec: volume(spec, {"projected": {"sources": [{"secret": {"name": other}}]}}),
+        "env of the build container": env("containers", "env"),
+        "envFrom of the fetch container": env("initContainers", "envFrom"),
+        "env of an ephemeral container": env("ephemeralContainers", "env"),
+        "an image pull secret": lambda spec: spec.update(imagePullSecrets=[{"name": other}]),
+        "a CSI volume": lambda spec: volume(spec, {"csi": {"driver": "x", "nodePublishSecretRef": {"name": other}}}),
+    }
+    for what, change in refused.items():
+        assert not admitted(policy, request, changed(change)), what
+    # Its own Secret through any of these ways is fine, and so are Secret-free volumes.
+    assert admitted(policy, request, changed(lambda spec: volume(spec, {"projected": {"sources": [{"secret": {"name": own}}]}})))
+    assert admitted(policy, request, changed(lambda spec: spec.update(imagePullSecrets=[{"name": own}])))
+    assert admitted(policy, request, changed(lambda spec: volume(spec, {"emptyDir": {}})))
+    # The same pod labelled for the other project's queue may not mount this project's Secret.
+    moved = copy.deepcopy(pod)
+    moved["metadata"]["labels"]["armada_queue_id"] = project_queue_name(other.removeprefix("build-registry-"))
+    assert not admitted(policy, request, moved)
+
+
 def test_with_user_namespaces_off_the_policy_has_no_such_rule():
     args = (["system:serviceaccount:armada:armada-executor-a"], ["jobs", "cs-build"], "default", "cs-build",
             ["shop-builds"], ["cloudstation.io/project"])

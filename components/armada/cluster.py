@@ -20,7 +20,7 @@ Upstream's roles (armada/NOTES.md §7) grant far more; what v0.22.7 actually doe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import pulumi
@@ -83,16 +83,63 @@ asked for (v0.22.7 internal/executor/util/kubernetes_object.go `CreatePodFromExe
 `util.MergeMaps(job labels, {domain.Queue: job.Queue, ...})`, the later map wins): a job cannot forge it."""
 
 
+def cel_map(values: Mapping[str, str]) -> str:
+    """A CEL map literal of strings (as `cel_list`: names, nothing to escape)."""
+    for value in (*values, *values.values()):
+        assert "'" not in value and "\\" not in value, value
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in values.items()) + "}"
+
+
+SECRET_VOLUME_DRIVERS = ("csi", "flexVolume", "cephfs", "rbd", "azureFile", "iscsi", "scaleIO", "storageos")
+"""Volume types that hand a named Secret to a storage driver (core/v1 PodSpec volumes; "baseline"
+allows them): not in a build pod, which mounts its Secret as a plain `secret` volume."""
+
+
+def build_secret_rule(build_namespace: str, build_secrets: Mapping[str, str]) -> dict:
+    """In the builds namespace, a pod of queue `<project>-builds` refers to no Secret but
+    `build_secrets[queue]` (its project's build credential, components/builds_namespace.py): secret
+    and projected volumes, env and envFrom of every container kind, imagePullSecrets; no volume type
+    that passes a Secret to a driver. A pod of another (build) queue cannot read another project's
+    registry credential (issue 20 item 1)."""
+    spec, queue = POD_SPEC, f"object.metadata.labels['{QUEUE_LABEL}']"
+    own = f"{cel_map(build_secrets)}[{queue}]"
+    volume = (f"(!has(v.secret) || (has(v.secret.secretName) && v.secret.secretName == {own})) && "
+              f"(!has(v.projected) || !has(v.projected.sources) || v.projected.sources.all(x, !has(x.secret) || "
+              f"(has(x.secret.name) && x.secret.name == {own}))) && "
+              + " && ".join(f"!has(v.{driver})" for driver in SECRET_VOLUME_DRIVERS))
+    reference = lambda ref: f"(has({ref}.name) && {ref}.name == {own})"  # noqa: E731
+    container = (f"(!has(c.env) || c.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+                 f"{reference('e.valueFrom.secretKeyRef')})) && "
+                 f"(!has(c.envFrom) || c.envFrom.all(e, !has(e.secretRef) || {reference('e.secretRef')}))")
+    checks = [f"(!has({spec}.volumes) || {spec}.volumes.all(v, {volume}))",
+              *(f"(!has({spec}.{kind}) || {spec}.{kind}.all(c, {container}))"
+                for kind in ("initContainers", "containers", "ephemeralContainers")),
+              f"(!has({spec}.imagePullSecrets) || {spec}.imagePullSecrets.all(p, {reference('p')}))"]
+    return {
+        "expression": (
+            f"request.namespace != '{build_namespace}' || request.kind.kind != 'Pod' || !has(object.metadata.labels) || "
+            f"!('{QUEUE_LABEL}' in object.metadata.labels) || !({queue} in {cel_map(build_secrets)}) || ("
+            + " && ".join(checks) + ")"
+        ),
+        "message": (f"a build pod in {build_namespace} may refer to no Secret but its own project's build credential "
+                    f"({', '.join(f'queue {q}: {n}' for q, n in build_secrets.items())}), and to no volume type that "
+                    "passes a Secret to a driver"),
+        "reason": "Forbidden",
+    }
+
+
 def job_policy_validations(
     job_namespaces: Sequence[str], job_service_account: str, build_namespace: Optional[str] = None,
     build_queues: Sequence[str] = (), build_labels: Sequence[str] = (), build_user_namespace: bool = False,
+    build_secrets: Optional[Mapping[str, str]] = None,
 ) -> list[dict]:
     """The rules: in a job namespace, as the designated service account, without platform labels.
     CEL against the admission request (`request`) and the object after mutating admission
     (`object`, so the ServiceAccount plugin has filled in `serviceAccountName`). With a builds
     namespace: only jobs of the build queues run there (its pods may read the registry's push
     credentials), and only they may carry `build_labels`; with `build_user_namespace`, its pods must
-    run in their own user namespace (`hostUsers: false`).
+    run in their own user namespace (`hostUsers: false`); with `build_secrets` (queue -> Secret), a
+    pod of a build queue refers to its own project's build Secret only (`build_secret_rule`).
 
     Pod-only fields are read through `dyn(object.spec)`, each behind `request.kind.kind != 'Pod' ||`:
     the API server type-checks every validation against each kind `matchConstraints` matches
@@ -128,6 +175,8 @@ def job_policy_validations(
                         "or set platform.builds.userNamespace: false knowingly (docs/builds.md)"),
             "reason": "Forbidden",
         })
+    if build_namespace and build_secrets:
+        builds.append(build_secret_rule(build_namespace, build_secrets))
     return [
         {
             "expression": f"request.namespace in {cel_list(job_namespaces)}",
@@ -160,7 +209,7 @@ def job_policy_validations(
 def job_policy(
     executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str,
     build_namespace: Optional[str] = None, build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
-    build_user_namespace: bool = False,
+    build_user_namespace: bool = False, build_secrets: Optional[Mapping[str, str]] = None,
 ) -> dict:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) on what the
     executors' service accounts create or change: pods, services, ingresses."""
@@ -180,7 +229,8 @@ def job_policy(
                 {"name": "an-armada-executor", "expression": f"request.userInfo.username in {cel_list(executor_users)}"},
             ],
             "validations": job_policy_validations(
-                job_namespaces, job_service_account, build_namespace, build_queues, build_labels, build_user_namespace
+                job_namespaces, job_service_account, build_namespace, build_queues, build_labels, build_user_namespace,
+                build_secrets,
             ),
         },
     }
@@ -257,6 +307,8 @@ class ClusterPrerequisitesArgs:
     """The platform labels build jobs carry (components/build_job.py), allowed in the builds namespace only."""
     build_user_namespace: bool = False
     """Build pods must set `hostUsers: false` (platform.builds.userNamespace)."""
+    build_secrets: Mapping[str, str] = field(default_factory=dict)
+    """Build queue -> the one Secret its pods may refer to (its project's build credential)."""
 
 
 class ClusterPrerequisites(Component):
@@ -299,7 +351,8 @@ class ClusterPrerequisites(Component):
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-job-policy",
             **job_policy(args.executor_users, args.job_namespaces, args.job_service_account,
-                         args.build_namespace, args.build_queues, args.build_labels, args.build_user_namespace),
+                         args.build_namespace, args.build_queues, args.build_labels, args.build_user_namespace,
+                         args.build_secrets),
             opts=child,
         )
         self.resources.append(policy)
