@@ -600,8 +600,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     raise http.client.IncompleteRead(b"", remaining)
                 self.wfile.write(piece)
                 remaining -= len(piece)
-            if bodiless:
-                answer.read()
+            answer.read()  # b"": marks the answer complete, so the registry connection takes the next request
         else:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()

@@ -409,6 +409,22 @@ def test_blobs_stream_through_the_gate_both_ways(gated):
     assert peak_kib < 40 * 1024, f"the gate held {peak_kib} KiB at its peak"
 
 
+def test_one_kept_alive_connection_carries_a_whole_push(gated):
+    """Clients push on one kept-alive connection (components/registry_api.py, kaniko): an answer with
+    an empty body (202 of an upload start, 201 of its completion) must leave the gate's connection to
+    the registry ready for the next request."""
+    data = b"one connection"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    with requests.Session() as session:
+        session.auth = login("build-games")
+        for _ in range(2):
+            started = session.post(f"{gated.url}/v2/games/kept/blobs/uploads/", timeout=10)
+            assert started.status_code == 202, started.text
+            done = session.put(started.headers["Location"], params={"digest": digest}, data=data, timeout=10)
+            assert done.status_code == 201, done.text
+            assert session.head(f"{gated.url}/v2/games/kept/blobs/{digest}", timeout=10).status_code == 200
+
+
 def test_the_gate_answers_its_health_check_without_credentials(gated):
     answer = requests.get(f"{gated.url}/healthz", timeout=5)
     assert answer.status_code == 200 and answer.json() == {"upstream": "ok"}
