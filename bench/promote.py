@@ -20,6 +20,7 @@ run). Needs docker-registry and skopeo (scripts/test.sh installs them).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -36,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from cloudstation_tools import promote  # noqa: E402
 from components import registry_api  # noqa: E402
 from registry_server import PASSWORD, USERNAME, CountingProxy, RegistryServer, build_oci_image  # noqa: E402
+from unpinned import unrecorded  # noqa: E402
 
 NODE_HOST = "localhost:32000"
 """The registry as the generated prod file's references name it (the default managed registry's
@@ -49,6 +51,9 @@ def prod_file(entities: list[tuple[str, str]]) -> str:
         "config:",
         "  cloudstation:environment: prod",
         "  cloudstation:platform:",
+        # It owns its cluster (the operator, Armada): a lab cluster's opt-out of the pins with no
+        # digest recorded yet, without which the stack is refused (docs/security.md, "Images").
+        f"    images: {{allowUnpinned: {json.dumps(unrecorded())}}}",
         "    projectState:",
         f"      image: {NODE_HOST}/platform/project-state@sha256:" + "1" * 64,
         "  cloudstation:projects:",

@@ -5,7 +5,7 @@ on the resources the Pulumi engine passes it; each returns a list of problems
 (empty when fine), so a failure names every offending object at once.
 
 This module imports only the standard library, PyYAML, infra/image_refs.py, infra/public_egress.py,
-infra/address_blocks.py, infra/credentials.py and infra/quantities.py: the policy pack runs it in its own virtualenv
+infra/address_blocks.py, infra/credentials.py, infra/quantities.py and infra/image_pins.py: the policy pack runs it in its own virtualenv
 (policy/requirements.txt), without the program's dependencies.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 
 import yaml
 
-from infra import address_blocks, public_egress, quantities
+from infra import address_blocks, image_pins, public_egress, quantities
 from infra.credentials import CREDENTIAL_VALUE, LOOKS_LIKE, is_credential_name, plain_credentials
 from infra.image_refs import DIGEST_REF
 
@@ -422,22 +422,53 @@ def platform_image(image: str, pins: dict[str, str]) -> Optional[str]:
         or (matching[0] if matching else None)
 
 
-def platform_digest_violations(name: str, spec: dict, pins: dict[str, str]) -> list[str]:
-    """Platform images (those `pins` name) must run by digest, and by a digest the pins record for
-    that repository when they record one: whatever infra/versions.py says is what may run."""
-    problems = []
-    for container in all_containers(spec):
-        image = container.get("image", "")
-        pin = platform_image(image, pins)
-        if pin is None:
-            continue
-        where = f"{name} container {container.get('name')}: platform image {image!r}"
-        digests = {image_digest(p) for p in platform_pins(image, pins)} - {None}
-        if not is_digest_pinned(image):
-            problems.append(f"{where} is not pinned by digest (infra/versions.py pins {pin!r})")
-        elif digests and image_digest(image) not in digests:
-            problems.append(f"{where} is not the digest infra/versions.py pins ({pin!r})")
-    return problems
+def platform_digest_violations(name: str, spec: dict, pins: dict[str, str], allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Platform images (those `pins` name) of a pod spec's containers must run by digest, and by a
+    digest the pins record for that repository when they record one: whatever infra/versions.py
+    says is what may run. By tag only a pin named in `allowed` (the stack's
+    platform.images.allowUnpinned) that has no digest."""
+    found = (platform_digest_problem(f"{name} container {c.get('name')}", c.get("image", ""), pins, allowed)
+             for c in all_containers(spec))
+    return [problem for problem in found if problem]
+
+
+def platform_digest_problem(where: str, image: str, pins: dict[str, str], allowed: frozenset[str] = frozenset()) -> Optional[str]:
+    """`platform_digest_violations` for one image, `where` naming what runs it."""
+    pin = platform_image(image, pins)
+    if pin is None:
+        return None
+    where = f"{where}: platform image {image!r}"
+    digests = {image_digest(p) for p in platform_pins(image, pins)} - {None}
+    if not is_digest_pinned(image):
+        pin_name = next(n for n, ref in pins.items() if ref == pin)
+        if image_digest(pin) is None and pin_name in allowed:
+            return None
+        return f"{where} is not pinned by digest (infra/versions.py pins {pin!r}): " + image_pins.remedy([pin_name])
+    if digests and image_digest(image) not in digests:
+        return f"{where} is not the digest infra/versions.py pins ({pin!r})"
+    return None
+
+
+PROXY_CONTAINER = "akka-sidecar"
+"""The container the operator adds to each entity pod (v0.6.0 StatefulServiceOperatorFactory.scala `createSideCar`)."""
+
+
+def operator_images(obj: dict) -> Optional[list[tuple[str, str]]]:
+    """(where, image) of what the CloudState operator runs for `obj`, which no pod spec shows: the
+    proxy a StatefulService's pods run (its annotation, infra/image_pins.py) and the images the
+    operator's ConfigMap names (`proxy.image.<key>`); [] for other objects; None for a
+    StatefulService that names no proxy (nothing would show what its pods run)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    described = f"{obj.get('kind')} {meta.get('namespace', '')}/{meta.get('name', '')}"
+    if obj.get("kind") == "StatefulService":
+        proxy = (meta.get("annotations") or {}).get(image_pins.PROXY_ANNOTATION)
+        return [(f"{described} pods' {PROXY_CONTAINER}", proxy)] if isinstance(proxy, str) else None
+    data = obj.get("data")
+    if obj.get("kind") == "ConfigMap" and meta.get("name") == image_pins.OPERATOR_CONFIG_MAP and isinstance(data, dict) \
+            and isinstance(data.get("config"), str):
+        images = image_pins.parse_operator_config(data["config"])["proxy.image"]
+        return [(f"{described} proxy.image.{key}", image) for key, image in images.items()]
+    return []
 
 
 # Credentials in places that are not Secrets: which names and values are credentials is

@@ -234,6 +234,10 @@ def _pin_images(args: argparse.Namespace) -> int:
     verb = "would update" if args.dry_run else "updated"
     print(f"{Path(args.digests).name}: {verb} {len(changes)} digest(s)" if changes or dropped else
           f"{Path(args.digests).name}: every resolved digest is already recorded")
+    # A stack file's named opt-out of a pin that has a digest now is refused by its config check.
+    for stack_file, names in pin_images.opt_outs_to_remove(Path(args.root), [c.name for c in changes if c.old is None]):
+        print(f"{stack_file}: remove {', '.join(names)} from cloudstation:platform.images.allowUnpinned "
+              f"({'it runs' if len(names) == 1 else 'they run'} by digest now; the stack refuses the entry until it goes)")
     return 0
 
 
@@ -416,6 +420,7 @@ def parser(prog: str = "python -m infra") -> argparse.ArgumentParser:
         help="skip TLS verification for this registry host only (a local test registry; repeatable)",
     )
     pins.add_argument("--digests", default=str(DIGESTS_FILE), help=argparse.SUPPRESS)
+    pins.add_argument("--root", default=project_dir, help=argparse.SUPPRESS)
     pins.set_defaults(run=_pin_images)
     return root
 

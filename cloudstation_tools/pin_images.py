@@ -161,3 +161,24 @@ def pin(
     if not dry_run and (changes or dropped or not path.exists()):
         write_atomically(path, render(current, list(tags)))
     return changes, dropped
+
+
+def opt_outs_to_remove(root: Path, names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """(stack file, names) of each `Pulumi.<stack>.yaml` in `root` whose `platform.images.allowUnpinned`
+    lists one of `names`, pins that now have a digest: the stack's config refuses such an entry
+    (infra/stack_images.py), so it must go once the new digests are committed."""
+    from infra import image_pins, stack_yaml
+    from infra.config import ConfigError
+
+    found = []
+    for path in sorted(root.glob("Pulumi.*.yaml")):
+        try:
+            config = stack_yaml.read(path)
+        except ConfigError:
+            continue  # a malformed stack file: its own validation names the problem
+        listed = image_pins.allowed_unpinned(config)
+        stale = [name for name in names if name in listed]
+        if stale:
+            found.append((path.name, stale))
+    return found
+

@@ -39,10 +39,11 @@ from components import k8s as kb
 from components import network
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
-from infra import versions
+from infra import image_pins, versions
+from infra.image_pins import parse_operator_config  # noqa: F401  (read back by the checks and the pack too)
 
 NAME = "cloudstate-operator"
-CONFIG_MAP = "cloudstate-operator-config"
+CONFIG_MAP = image_pins.OPERATOR_CONFIG_MAP
 UID = 1001
 """The operator image's user. v0.6.0 builds it with sbt-native-packager 1.7.4 (project/plugins.sbt) on
 `adoptopenjdk/openjdk11:debianslim-jre` (build.sbt): `USER 1001:0`, files owned by 1001:root with
@@ -57,6 +58,14 @@ PROXY_IMAGES = {
 """Operator config key (`cloudstate.operator.proxy.image.<key>`; all four are read, v0.6.0
 `operator/src/main/scala/io/cloudstate/operator/OperatorConfig.scala`) -> infra/versions.py image
 (the 0.5.1 proxies: infra/versions.CLOUDSTATE_PROXY)."""
+
+
+def proxy_key(store_kind: Optional[str]) -> str:
+    """The `proxy.image` key whose image the operator gives an entity's pods: `no-store` for a
+    StatefulService without `datastore` (`store_kind` None), else its StatefulStore's type (v0.6.0
+    StatefulServiceOperatorFactory.scala: `case None => StatefulStoreSupport.noStoreUsageConfiguration`;
+    stores/{Postgres,Cassandra}StoreSupport.scala `proxyImage`: `config.postgres`, `config.cassandra`)."""
+    return "no-store" if store_kind is None else store_kind
 
 SIDECAR_DEFAULT_RESOURCES = {"requests": {"cpu": "400m", "memory": "512Mi"}, "limits": {"memory": "512Mi"}}
 """What the operator gives the proxy sidecar when a StatefulService has no `sidecarResources`
@@ -176,21 +185,6 @@ def operator_config(watch_namespaces: Sequence[str], images: dict[str, str]) -> 
         "}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def parse_operator_config(text: str) -> dict:
-    """The two settings back out of `operator_config` text (for tests and `infra` checks)."""
-    watched: list[str] = []
-    images: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition(" = ")
-        if not sep:
-            continue
-        if key == "watch.namespaces":
-            watched = json.loads(value)
-        else:
-            images[key] = json.loads(value)
-    return {"watch.namespaces": watched, "proxy.image": images}
 
 
 def operator_pod_spec(image: str, settings: CloudStateArgs) -> dict:

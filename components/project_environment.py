@@ -22,7 +22,7 @@ without a metrics server).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import pulumi
 from components import kube as k8s
@@ -30,11 +30,12 @@ from components import kube as k8s
 from components import cloudstate_crds as crds
 from components import k8s as kb
 from components import network
-from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs, namespace_access
+from components.cloudstate_operator import DEPLOYMENT_SUFFIX, CloudStateArgs, namespace_access, proxy_key
 from components.cloudstate_store import CloudStateStore, CloudStateStoreArgs, StoreKind, StoresConfig
 from components.kept_secret import Cluster
 from components.namespace import Namespace, NamespaceArgs
 from components.component import Component
+from infra.image_pins import PROXY_ANNOTATION
 
 SERVICE_ACCOUNT = "cloudstate-entities"
 POD_READER = "cloudstate-entities-pod-reader"
@@ -93,6 +94,9 @@ class ProjectEnvironmentArgs:
     """Where the proxies reach the API server (platform.kubernetesApi): Akka's Kubernetes discovery."""
     operator_namespace: str
     """The namespace of the cluster's CloudState operator (its ServiceAccount), granted access here."""
+    proxy_images: Mapping[str, str]
+    """The `proxy.image` map of the cluster's operator (this stack's, or its cluster owner's): the
+    proxy each entity's pods run, which its StatefulService names (`proxy_annotation`)."""
     depends_on: Sequence[pulumi.Resource] = ()
     """The CloudState CRDs and operator, when this stack owns them (else they exist already)."""
     image_mirror: Optional[str] = None
@@ -173,6 +177,15 @@ def stateful_service_spec(
             datastore["config"] = {"keyspace": keyspace}
         spec["datastore"] = datastore
     return spec
+
+
+def proxy_annotation(entity: EntityService, store_kind: StoreKind, proxy_images: Mapping[str, str]) -> dict[str, str]:
+    """The StatefulService's annotation naming the proxy image its pods run (infra/image_pins.py):
+    the operator creates those pods, so this is how the checks and the policy pack see that image.
+    The operator copies it onto the entity's Deployment and pod template (v0.6.0
+    StatefulServiceOperatorFactory.scala `createDeployment`), so it changes, and rolls the pods,
+    together with the proxy image."""
+    return {PROXY_ANNOTATION: proxy_images[proxy_key(store_kind if entity.needs_store else None)]}
 
 
 IMAGES_KEY = "images"
@@ -377,7 +390,8 @@ class ProjectEnvironment(Component):
                 f"{name}-{entity.service_name}",
                 api_version=crds.API_VERSION,
                 kind="StatefulService",
-                metadata=kb.metadata(entity.service_name, ns, component),
+                metadata=kb.metadata(entity.service_name, ns, component,
+                                     annotations=proxy_annotation(entity, args.store_kind, args.proxy_images)),
                 spec=pulumi.Output.from_input(entity.image).apply(
                     lambda image, entity=entity: stateful_service_spec(
                         entity, image, self.store_name, args.store_kind, keyspace, args.cloudstate

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-from components.cloudstate_operator import CloudStateOperator, OperatorArgs
+from components.cloudstate_operator import CloudStateOperator, OperatorArgs, proxy_images
 from components.k8s import service_dns
 from components.namespace import Namespace, NamespaceArgs
 from components.project_environment import EntityService, ProjectEnvironment, ProjectEnvironmentArgs
@@ -82,6 +82,9 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             return delivery.image_pull_secret(name, access, project, namespace, opts)
         return make
 
+    # The cluster's operator (this stack's, or the owner's, read from its stack file) gives the
+    # entity pods their proxy: each StatefulService names that image (infra/image_pins.py).
+    operator_stack = cluster_sharing.operator_config(config, stack.root)
     common = dict(
         environment=environment,
         stores=platform.stores,
@@ -89,7 +92,8 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         pull_secret_name=access.pull_secret_name,
         kubernetes_api=platform.kubernetes_api,
         # The owner's operator; a stack sharing its cluster reads its namespace from the owner's file.
-        operator_namespace=cluster_sharing.operator_namespace(config, stack.root),
+        operator_namespace=operator_stack.platform.namespace,
+        proxy_images=proxy_images(operator_stack.platform.image_mirror),
         depends_on=cluster_resources,
         image_mirror=platform.image_mirror,
         cluster=stack.cluster,

@@ -110,11 +110,10 @@ def owner_config(config: "StackConfig", root: Path) -> "StackConfig":
                            "of its own; fix them first:", *[f"  {p}" for p in error.problems]], "stack config") from None
 
 
-def operator_namespace(config: "StackConfig", root: Path) -> str:
-    """The namespace the cluster's CloudState operator runs in (its ServiceAccount's)."""
-    if config.platform.owns_cluster_resources:
-        return config.platform.namespace
-    return owner_config(config, root).platform.namespace
+def operator_config(config: "StackConfig", root: Path) -> "StackConfig":
+    """The config of the stack whose CloudState operator runs this stack's entities: its own when it
+    owns the cluster, else its owner's (whose `imageMirror` the operator's proxy images carry)."""
+    return config if config.platform.owns_cluster_resources else owner_config(config, root)
 
 
 def problems(config: "StackConfig", source: str, root: Path) -> list[str]:

@@ -313,6 +313,29 @@ class ClusterBudget(ConfigModel):
     """Memory the pods may request together."""
 
 
+class ImagesConfig(ConfigModel):
+    """Platform images (the pins of infra/versions.py) and how they run (docs/security.md, "Images")."""
+
+    allow_unpinned: list[str] = []
+    """Pins of infra/versions.py this stack may run by their exact tag because infra/image-digests.yaml
+    records no digest for them yet, each by name (a lab cluster's opt-out; there is no blanket switch).
+    A stack that would pull an unnamed one by tag (its pods, its build pods, the CloudState operator's
+    proxies, and in a stack sharing a cluster the proxies its owner's operator gives its entity pods)
+    is refused before anything is deployed, naming each. `python -m infra pin-images --missing`, run
+    where the registries are reachable, records the digests; then remove each recorded name (a name
+    with a digest is refused here, as is an unknown one)."""
+
+    @field_validator("allow_unpinned")
+    @classmethod
+    def _pins_without_a_digest(cls, names: list[str]) -> list[str]:
+        from infra import stack_images
+
+        found = stack_images.opt_out_problems(names)
+        if found:
+            raise several_problems(found)
+        return names
+
+
 class PlatformConfig(ConfigModel):
     """Cluster-level services shared by all projects of the stack."""
 
@@ -320,6 +343,8 @@ class PlatformConfig(ConfigModel):
     """Namespace of the platform's own services."""
     image_mirror: Optional[str] = None
     """Registry path that mirrors the pinned third-party images (e.g. `mirror.example:5000/hub`)."""
+    images: ImagesConfig = ImagesConfig()
+    """Which platform images may run by tag (a lab cluster's named opt-out; infra/stack_images.py)."""
     owns_cluster_resources: bool = True
     """Whether this stack owns the cluster-scoped objects (CRDs, ClusterRoles, PriorityClasses,
     the CloudState operator) and runs the cluster's one Armada. When test and prod share one
@@ -776,6 +801,12 @@ def load(
             from infra import armada_workers
 
             problems.extend(armada_workers.problems(config, Path(root)))
+        if root is not None:
+            # No platform image by tag unless named in platform.images.allowUnpinned, the proxies
+            # of this stack's entity pods (its cluster owner's operator names them) included.
+            from infra import stack_images
+
+            problems.extend(stack_images.problems(config, Path(root)))
     except ValidationError as error:
         # A model check may report several problems at once (components/model.py `problems`).
         problems.extend(_describe({**e, "ctx": c}) for e in error.errors() for c in _contexts(e))

@@ -16,6 +16,7 @@ unknown during preview are left for `up`.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -47,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from infra import address_blocks, public_egress, versions
+from infra import address_blocks, image_pins, public_egress, versions
 from cloudstation_tools import checks  # noqa: E402  (the repo root is on the path only from here on)
 
 PROJECT = "cloudstation"
@@ -55,6 +56,8 @@ PROJECT = "cloudstation"
 UNKNOWN = "<unknown during preview>"
 SENTINELS = (UNKNOWN_STRING_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_BOOLEAN_VALUE, UNKNOWN_ARRAY_VALUE, UNKNOWN_OBJECT_VALUE)
 """How the engine marks unknown values (the proxy raises on reading one; a bare value may be one)."""
+ENTITY_BUILD = "pulumi-python:dynamic/builds:EntityBuild"
+"""An in-cluster build (components/entity_build.py): its `jobItem` input holds the build pod's spec."""
 STATEFUL_SERVICE = ("cloudstate.io", "StatefulService")
 """CloudState's entity deployment: a pod-like spec (containers, volumes) the operator runs with a proxy sidecar."""
 K8S_TYPE = re.compile(r"^kubernetes:(?P<group>[\w.-]+)/(?P<version>\w+):(?P<kind>\w+)$")
@@ -246,7 +249,7 @@ def _mutable_tags(args: ResourceValidationArgs, report: ReportViolation) -> None
 def _digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
     # The in-cluster build (components/entity_build.py, docs/builds.md) is a build too.
     if environment() == "prod" and args.resource_type in (
-        "docker:index/image:Image", "docker-build:index:Image", "pulumi-python:dynamic/builds:EntityBuild"
+        "docker:index/image:Image", "docker-build:index:Image", ENTITY_BUILD
     ):
         report("prod never builds images: it deploys the digests promoted from test "
                "(`python -m infra promote --from test --to prod`)")
@@ -257,11 +260,40 @@ def _digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
 
 
 def _platform_digests(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if environment() != "prod":
-        return
-    # Read at check time, so the rule follows whatever infra/versions.py pins (and its digest records).
+    # Every stack, the one that owns the cluster too (issue 20 finding 6). Read at check time, so the
+    # rule follows whatever infra/versions.py pins (and its digest records); by tag only the pins the
+    # stack names in platform.images.allowUnpinned (its config refuses a name that has a digest).
+    pins, allowed = versions.IMAGES, image_pins.allowed_unpinned(stack_config())
     for _, name, spec in pod_specs(args.resource_type, args.props):
-        report_all(report, checks.platform_digest_violations(name, known_images(spec), versions.IMAGES))
+        report_all(report, checks.platform_digest_violations(name, known_images(spec), pins, allowed))
+    obj = kubernetes_object(args.resource_type, args.props)
+    # What the operator runs, which no pod spec shows: the proxies of its ConfigMap and of each
+    # StatefulService's pods (prod's are its cluster owner's operator's; infra/image_pins.py).
+    found = checks.operator_images(obj) if obj is not None else []
+    if found is None and not has_unknown(obj.get("metadata")):
+        report(f"{described(obj)} names no proxy image (annotation {image_pins.PROXY_ANNOTATION}), so nothing shows "
+               "which image its pods' proxy runs; the program sets it on every StatefulService")
+    for where, image in found or []:
+        problem = checks.platform_digest_problem(where, image, pins, allowed) if image != UNKNOWN else None
+        if problem:
+            report(problem)
+    if args.resource_type == ENTITY_BUILD:
+        # The build pods' spec travels in the job item (components/build_job.py build_job_item).
+        item = plain(args.props).get("jobItem") if isinstance(plain(args.props), dict) else None
+        spec = _job_pod_spec(item)
+        if spec is not None:
+            report_all(report, checks.platform_digest_violations(f"EntityBuild {args.name} (Armada job)", spec, pins, allowed))
+
+
+def _job_pod_spec(item: Any) -> Optional[dict]:
+    """The pod spec of an Armada job item (JSON text), None while unknown or not one."""
+    if not isinstance(item, str) or item == UNKNOWN:
+        return None
+    try:
+        spec = json.loads(item).get("podSpec")
+    except (ValueError, AttributeError):
+        return None
+    return spec if isinstance(spec, dict) and isinstance(spec.get("containers"), list) else None
 
 
 def _secret_env(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -445,11 +477,14 @@ digest_pinned_images = ResourceValidationPolicy(
     enforcement_level=MANDATORY,
 )
 
-prod_platform_images_by_digest = ResourceValidationPolicy(
-    name="prod-platform-images-by-digest",
-    description="In the prod stack (cloudstation:environment prod), every platform image (a repository "
-                "infra/versions.py pins, mirrored or not) runs by digest, and by the pin's own digest where "
-                "infra/versions.py has one. Other stacks may run the exact version tags.",
+platform_images_by_digest = ResourceValidationPolicy(
+    name="platform-images-by-digest",
+    description="In every stack, every platform image (a repository infra/versions.py pins, mirrored or not) runs "
+                "by digest, and by the pin's own digest where infra/versions.py has one: workloads' containers, "
+                "in-cluster build pods (an EntityBuild's job item), the proxies the CloudState operator's ConfigMap "
+                "names and the proxy each StatefulService's pods run (its cloudstation.io/proxy-image annotation, "
+                "required: in prod the cluster owner's operator runs them). By tag only a pin without a digest "
+                "record that the stack names in platform.images.allowUnpinned (a lab cluster's opt-out).",
     validate=_platform_digests,
     enforcement_level=MANDATORY,
 )
@@ -538,7 +573,7 @@ POLICIES = [
     health_probes,
     no_mutable_image_tags,
     digest_pinned_images,
-    prod_platform_images_by_digest,
+    platform_images_by_digest,
     secret_env_from_secrets,
     no_secrets_in_arguments,
     no_secrets_in_configmaps,

@@ -8,6 +8,7 @@ Pulumi.prod.yaml with docs/armada.md's example for a stack on a cluster of its o
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -46,9 +47,28 @@ def write_stack_file(name: str, directory: Path) -> Path:
         old = config.get(key)
         config[key] = {**old, **value} if isinstance(old, dict) else value
     images_in_stack_registry(config)
+    opt_out_of_unpinned(config)
     path = directory / "Pulumi.prod.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
+
+
+def opt_out_of_unpinned(config: dict) -> dict:
+    """The example runs Armada's and the operator's images, which have no digest recorded yet, so as
+    written it is refused until `python -m infra pin-images --missing` records them (docs/armada.md);
+    the tests render it as a lab cluster would run it: `platform.images.allowUnpinned` naming exactly
+    the pins it runs by tag (infra/stack_images.py). Changes `config` in place."""
+    from infra import stack_images
+    from tests import unpinned
+
+    platform = config["cloudstation:platform"]
+    platform["images"] = {"allowUnpinned": unpinned.unrecorded()}
+    secure = [key for key, value in config.items() if isinstance(value, dict) and set(value) == {"secure"}]
+    values = {key: "fake" if key in secure else value if isinstance(value, str) else json.dumps(value)
+              for key, value in config.items()}
+    parsed = stack_config.load(values, require_images=False, secret_keys=secure)
+    platform["images"]["allowUnpinned"] = [i.name for i in stack_images.images(parsed, None) if stack_images.runs_by_tag(i)]
+    return config
 
 
 def images_in_stack_registry(config: dict) -> dict:

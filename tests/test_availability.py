@@ -24,7 +24,7 @@ from components.project_environment import SERVICE_LABEL
 from cloudstation_tools import checks, engine, render, validate
 from infra import config as stack_config
 from policy import rules
-from tests import armada_variants, cloudstate_variants, test_standards
+from tests import armada_variants, cloudstate_variants, test_standards, unpinned
 from tests.conftest import find, objects, standard_violations
 from tests.test_armada_config import load
 from tests.test_network_policies import API_SERVER, Address, cluster_of
@@ -50,7 +50,7 @@ def _replicated_platform(platform: dict) -> dict:
         armada[key] = {**armada.get(key, {}), "replicas": 2}
     armada["binoculars"]["enabled"] = True
     stores = {**platform.get("stores", {}), "cassandra": {"mode": "managed", "replicas": 2}}
-    return {**platform, "armada": armada, "stores": stores}
+    return unpinned.opt_out({**platform, "armada": armada, "stores": stores})  # Binoculars: no digest recorded
 
 
 def _replicated_projects(projects: list) -> list:

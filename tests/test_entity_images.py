@@ -27,7 +27,7 @@ from infra.config import DIGEST_REF
 from infra.engine_paths import program_dir
 from cloudstation_tools.mocks import is_wrapped_secret
 from cloudstation_tools.render import ROOT
-from tests import promoted
+from tests import promoted, unpinned
 
 DOCKER_IMAGE = "docker:index/image:Image"
 
@@ -221,8 +221,9 @@ def entity_config(tmp_path, language: str, files: dict[str, str]) -> dict:
         "cloudstation:projects": [
             {"name": "p", "entities": [{"name": "e", "kind": "action", "language": language, "source": "entities/p/e"}]}
         ],
-        "cloudstation:platform": {"projectState": {"image": "localhost:32000/platform/project-state@sha256:" + "1" * 64},
-                                  "builds": {"publicEgress": {"enabled": True}}},
+        "cloudstation:platform": unpinned.opt_out({
+            "projectState": {"image": "localhost:32000/platform/project-state@sha256:" + "1" * 64},
+            "builds": {"publicEgress": {"enabled": True}}}),
     }
 
 

@@ -16,8 +16,10 @@ import yaml
 
 from components import cloudstate_operator as operator
 from components import registry as registry_component
-from infra import versions
+from infra import cluster_sharing, image_pins, stack_images, versions
+from infra import config as stack_config
 from cloudstation_tools import checks, cli, pin_images, render
+from tests import promoted
 from tests.conftest import ROOT, STACKS, find, objects, pod_spec
 from tests.registry_server import build_oci_image
 
@@ -113,14 +115,34 @@ def test_docs_list_every_pin_and_exactly_the_ones_still_deployed_by_tag():
 
 
 def platform_images(rendered: render.Rendered) -> list[tuple[str, str]]:
-    """(where, image) of every container of every workload, and the proxy images the operator
-    gives entity pods (its ConfigMap)."""
+    """(where, image) of every container of every workload, the proxy images the operator's
+    ConfigMap names, the proxy each StatefulService's pods run (its annotation: the operator
+    creates those pods, so no rendered pod shows it) and the build pods' containers (in each
+    EntityBuild's Armada job item)."""
     found = [(f"{where} container {c['name']}", c["image"])
              for where, spec in checks.workloads(rendered.manifests()) for c in checks.containers(spec)]
     for config_map in objects(rendered, "ConfigMap"):
         if config_map["metadata"]["name"] == "cloudstate-operator-config":
             for key, image in operator.parse_operator_config(config_map["data"]["config"])["proxy.image"].items():
                 found.append((f"operator proxy.image.{key}", image))
+    for service in objects(rendered, "StatefulService"):
+        meta = service["metadata"]
+        where = f"StatefulService {meta['namespace']}/{meta['name']}"
+        assert image_pins.PROXY_ANNOTATION in meta.get("annotations", {}), f"{where} names no proxy image"
+        found.append((f"{where} proxy", meta["annotations"][image_pins.PROXY_ANNOTATION]))
+    for build in rendered.of_type("pulumi-python:dynamic/builds:EntityBuild"):
+        spec = json.loads(build.inputs["jobItem"])["podSpec"]
+        found += [(f"EntityBuild {build.name} container {c['name']}", c["image"]) for c in checks.containers(spec)]
+    return found
+
+
+def render_pins(rendered: render.Rendered, mirror: str | None = None) -> dict[str, set[str]]:
+    """Pin name -> the references of it the render runs (platform_images), read from the render only."""
+    found: dict[str, set[str]] = {}
+    for _, image in platform_images(rendered):
+        name = pin_of(image, mirror)
+        if name is not None:
+            found.setdefault(name, set()).add(image)
     return found
 
 
@@ -158,7 +180,9 @@ def expected_ref(name: str, mirror: str | None) -> str:
 def test_every_platform_container_runs_its_pin_with_the_recorded_digest(rendered_stacks, stack):
     seen = check_platform_images(rendered_stacks[stack], None)
     if stack == "test":  # the stack that owns the cluster's registry, operator, stores and Armada
-        assert {"registry", "postgres", "redis", "cloudstate-operator", "armada-server"} <= seen
+        assert {"registry", "postgres", "redis", "cloudstate-operator", "armada-server", "kaniko"} <= seen
+    else:  # prod's entity pods run the proxies the owner's operator names (their annotation)
+        assert {"postgres", "cloudstate-proxy-postgres", "cloudstate-proxy-no-store"} <= seen
     assert any(versions.digest_of(expected_ref(name, None)) for name in seen), "no platform image runs by digest"
 
 
@@ -193,6 +217,218 @@ def test_the_registry_serves_the_config_it_mounts(rendered_stacks):
     assert {"name": "config", "mountPath": registry_component.CONFIG_DIR, "readOnly": True} in container["volumeMounts"]
     major = int(versions.tag_of(versions.TAGS["registry"]).split(".")[0])
     assert registry_component.CONFIG_DIR == {2: "/etc/docker/registry", 3: "/etc/distribution"}[major]
+
+
+# --- no platform image by tag unless the stack names it (issue 20 finding 6) ----------------------
+
+
+def with_opt_out(stack: str, names) -> render.StackFile:
+    """The stack file (prod as promoted) with `platform.images.allowUnpinned` set to `names`
+    (None: the key removed)."""
+    stack_file = promoted.read(stack)
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    platform.pop("images", None)
+    if names is not None:
+        platform["images"] = {"allowUnpinned": list(names)}
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    return stack_file
+
+
+def load_file(stack: str, stack_file: render.StackFile) -> stack_config.StackConfig:
+    return stack_config.load(stack_file.values, root=ROOT, source=f"Pulumi.{stack}.yaml",
+                             secret_keys=stack_file.secret_keys)
+
+
+def unpinned(rendered: render.Rendered) -> list[str]:
+    """The pins a render runs that have no digest record for their tag."""
+    return sorted(n for n in render_pins(rendered) if n not in versions.load_digests()
+                  or versions.load_digests()[n].ref != versions.TAGS[n])
+
+
+def named(problem: str, name: str) -> bool:
+    """Whether the refusal names the pin `name` as `name (reference`."""
+    return re.search(rf"(?<![\w-]){re.escape(name)} \(", problem) is not None
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_stack_refuses_every_image_it_would_pull_by_tag_at_once_naming_the_command(rendered_stacks, stack):
+    """Without the opt-out, config validation (before any resource) refuses the stack, naming every
+    pin its pods would run by tag, the reference, and `python -m infra pin-images --missing`. For
+    prod that is the proxies its entity pods run, which the owner's operator names."""
+    expected = unpinned(rendered_stacks[stack])
+    assert expected  # the operator, proxies, Armada, kaniko; prod: the proxies of its entities
+    if stack == "prod":
+        assert expected == ["cloudstate-proxy-no-store", "cloudstate-proxy-postgres"]
+    for names in (None, []):
+        with pytest.raises(stack_config.ConfigError) as caught:
+            load_file(stack, with_opt_out(stack, names))
+        [problem] = caught.value.problems
+        assert problem.startswith(f"cloudstation:platform.images.allowUnpinned: {'(not set)' if names is None else '[]'} — ")
+        assert "`python -m infra pin-images --missing`" in problem and "infra/image-digests.yaml" in problem
+        assert [n for n in versions.TAGS if named(problem, n)] == [n for n in versions.TAGS if n in expected]
+        for name in expected:
+            assert f"{name} ({versions.image(name)}" in problem
+    if stack == "prod":
+        assert "the operator of stack 'test'" in problem
+
+
+def test_the_program_refuses_before_any_resource(mocked):
+    import runpy
+    import pulumi
+
+    stack_file = with_opt_out("test", ["kaniko"])
+    pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
+
+    @pulumi.runtime.test
+    def run():
+        runpy.run_path(str(ROOT), run_name="__main__")  # ./__main__.py, as the engine runs it
+
+    with pytest.raises(pulumi.RunError, match=r'platform\.images\.allowUnpinned: \["kaniko"\] — .*cloudstate-operator \('):
+        run()
+    assert mocked.registrations == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_example_stacks_opt_out_of_exactly_the_pins_they_run_by_tag(rendered_stacks, stack):
+    config = promoted.validate_config(stack)
+    assert sorted(config.platform.images.allow_unpinned) == unpinned(rendered_stacks[stack])
+
+
+def test_the_opt_out_covers_only_the_pins_it_names():
+    listed = promoted.validate_config("test").platform.images.allow_unpinned
+    with pytest.raises(stack_config.ConfigError) as caught:
+        load_file("test", with_opt_out("test", [n for n in listed if n != "kaniko"]))
+    [problem] = caught.value.problems
+    assert [n for n in versions.TAGS if named(problem, n)] == ["kaniko"]
+    assert "in-cluster builds" in problem
+    # A builder the stack names itself (platform.builds.image) runs in kaniko's place: by tag, it needs the name too.
+    stack_file = with_opt_out("test", [n for n in listed if n != "kaniko"])
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    platform["builds"]["image"] = "docker.io/martizih/kaniko:v1.28.2"
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    with pytest.raises(stack_config.ConfigError, match=r"kaniko \(docker\.io/martizih/kaniko:v1\.28\.2: in-cluster builds "
+                                                       r"\(platform\.builds\.image\)\)"):
+        load_file("test", stack_file)
+    platform["builds"]["image"] = "docker.io/martizih/kaniko:v1.28.2@sha256:" + "8" * 64
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    load_file("test", stack_file)
+
+
+@pytest.mark.parametrize("names, message", [
+    (["kanikoo"], "allowUnpinned[0]: 'kanikoo' — not a pin of infra/versions.py (did you mean 'kaniko'?); the pins: registry, "),
+    (["redis"], "allowUnpinned[0]: 'redis' — has a digest recorded in infra/image-digests.yaml and runs by it; "
+                "remove it from the list"),
+    (["kaniko", "kaniko"], "allowUnpinned[1]: 'kaniko' — listed twice; name each pin once"),
+    ("kaniko", "allowUnpinned: 'kaniko' — input should be a valid list"),
+    (True, "allowUnpinned: true — input should be a valid list"),
+])
+def test_the_opt_out_is_a_list_of_pins_still_without_a_digest(names, message):
+    with pytest.raises(stack_config.ConfigError) as caught:
+        stack_config.load({"cloudstation:environment": "test", "cloudstation:projects": json.dumps(
+            [{"name": "shop", "entities": [{"name": "cart", "kind": "action", "language": "javascript",
+                                            "source": "entities/shop/cart"}]}]),
+                           "cloudstation:platform": json.dumps({"images": {"allowUnpinned": names}})})
+    assert any(p.startswith(f"cloudstation:platform.images.{message}") for p in caught.value.problems), caught.value.problems
+
+
+def test_a_digest_recorded_later_runs_by_digest_and_its_opt_out_must_go(monkeypatch):
+    """After pin-images records kaniko's digest (here a fake record of the registry's answer), the
+    builds run it by digest, and the stack file still naming it is refused until the entry goes."""
+    digest = "sha256:" + "5" * 64
+    record = versions.DigestRecord(versions.TAGS["kaniko"], digest, "registry: skopeo inspect (fake)", "2026-11-30")
+    monkeypatch.setitem(versions.RECORDS, "kaniko", record)
+    monkeypatch.setitem(versions.IMAGES, "kaniko", versions.pinned("kaniko"))
+    with pytest.raises(stack_config.ConfigError, match=r"allowUnpinned\[\d+\]: 'kaniko' — has a digest recorded"):
+        load_file("test", promoted.read("test"))
+    listed = json.loads(promoted.read("test").values["cloudstation:platform"])["images"]["allowUnpinned"]
+    stack_file = with_opt_out("test", [n for n in listed if n != "kaniko"])
+    config = load_file("test", stack_file)
+    [kaniko] = [i for i in stack_images.images(config, None) if i.name == "kaniko"]
+    assert kaniko.ref == f"{versions.TAGS['kaniko']}@{digest}"
+
+
+BUILDER_OVERRIDE = "mirror.example:5000/hub/martizih/kaniko:v1.28.3@sha256:" + "7" * 64
+"""`platform.builds.image`: a builder the stack names itself, here by digest."""
+
+
+def stack_cases() -> dict[str, render.StackFile]:
+    """Stack files whose images are compared with their renders: the examples, prod on a cluster of
+    its own, and test with monitoring, a mirror, Binoculars, local builds, Cassandra, backups to S3
+    and external stores."""
+    from tests import armada_variants, cloudstate_variants
+
+    def platform(**changes):
+        return lambda old: {**old, **changes}
+
+    return {
+        "test": promoted.read("test"),
+        "prod": promoted.read("prod"),
+        armada_variants.OWN_CLUSTER: armada_variants.stack_file(armada_variants.OWN_CLUSTER),
+        "test-monitored-mirrored": cloudstate_variants.edited(
+            "test", platform=lambda old: {**old, "monitoring": {"enabled": True}, "imageMirror": "mirror.example:5000/hub",
+                                          "armada": {**old["armada"], "binoculars": {"enabled": True}},
+                                          "builds": {**old["builds"], "image": BUILDER_OVERRIDE}}),
+        "test-local-cassandra-backups": cloudstate_variants.edited(
+            "test", platform=lambda old: {**old, "builds": {"mode": "local"}, "projectStateStore": "cassandra",
+                                          "stores": {**old["stores"], "cassandra": {"mode": "managed"},
+                                                     "backups": {"target": "s3", "s3": {
+                                                         "endpoint": "https://s3.eu-west-1.amazonaws.com",
+                                                         "bucket": "backups", "region": "eu-west-1",
+                                                         "credentialsSecret": {"namespace": "ops", "name": "s3"},
+                                                         "cidrs": ["52.218.0.0/17"]}}}}),
+        "prod-external-postgres": cloudstate_variants.edited(
+            "prod", platform=platform(stores={"postgres": {
+                "mode": "external", "host": "pg.example.internal", "cidrs": ["10.20.30.40/32"],
+                "credentialsSecret": {"namespace": "ops", "name": "pg-login"}}})),
+    }
+
+
+@pytest.mark.parametrize("case", list(stack_cases()))
+def test_the_images_config_validation_checks_are_exactly_what_the_render_runs(case, rendered_stacks):
+    """infra/stack_images.py decides from the config alone (before anything is registered) which pins
+    a stack runs; it must be what the program then renders, proxies and build pods included."""
+    from tests import armada_variants
+
+    stack = "prod" if case.startswith("prod") else "test"
+    stack_file = stack_cases()[case]
+    config = load_file(stack, with_opt_out_of_all(stack, stack_file))
+    mirror = config.platform.image_mirror
+    if case in rendered_stacks:
+        rendered = rendered_stacks[case]
+    elif case == armada_variants.OWN_CLUSTER:
+        rendered = armada_variants.variant(case)
+    else:
+        rendered = render.render(stack, stack_file=with_opt_out_of_all(stack, stack_file))
+    owner = None if config.platform.owns_cluster_resources else cluster_sharing.owner_config(config, ROOT)
+    declared: dict[str, set[str]] = {}
+    for image in stack_images.images(config, owner):
+        declared.setdefault(image.name, set()).add(image.ref)
+    assert declared == render_pins(rendered, mirror)
+
+
+def with_opt_out_of_all(stack: str, stack_file: render.StackFile) -> render.StackFile:
+    """`stack_file` opting out of every pin still without a digest (so that any variant renders)."""
+    stack_file = render.StackFile(dict(stack_file.values), list(stack_file.secret_keys))
+    platform = json.loads(stack_file.values["cloudstation:platform"])
+    platform["images"] = {"allowUnpinned": versions.missing_digests()}
+    stack_file.values["cloudstation:platform"] = json.dumps(platform)
+    return stack_file
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_entity_pod_names_the_proxy_its_operator_gives_it(rendered_stacks, stack):
+    """The annotation is the owner's operator ConfigMap's image for the entity's store (v0.6.0
+    StatefulServiceOperatorFactory: no `datastore` -> proxy.image.no-store, else the store type's)."""
+    config_map = find(rendered_stacks["test"], "ConfigMap", image_pins.OPERATOR_CONFIG_MAP)
+    proxies = operator.parse_operator_config(config_map["data"]["config"])["proxy.image"]
+    services = objects(rendered_stacks[stack], "StatefulService")
+    assert services
+    for service in services:
+        store = service["spec"].get("datastore")
+        key = "no-store" if store is None else next(
+            s["spec"]["type"].lower() for s in objects(rendered_stacks[stack], "StatefulStore")
+            if s["metadata"]["name"] == store["name"] and s["metadata"]["namespace"] == service["metadata"]["namespace"])
+        assert service["metadata"]["annotations"][image_pins.PROXY_ANNOTATION] == proxies[key], service["metadata"]
 
 
 # --- pin-images against a real registry ----------------------------------------------------------
@@ -303,6 +539,24 @@ def test_pin_images_drops_records_of_tags_and_names_no_longer_pinned(tmp_path, r
     assert code == 0 and "memcached: dropped its record" in out and "probe: dropped" not in out
     assert f"probe: {ref} (no digest) -> {pushed}" in out  # the 0.9.0 record never applied to 1.0.0
     assert set(versions.load_digests(digests)) == {"probe"}
+
+
+def test_pin_images_names_the_opt_outs_that_must_go(tmp_path, monkeypatch, capsys):
+    """Once pin-images records a pin's digest, a stack file still naming it in
+    platform.images.allowUnpinned is refused (test above); the command says which files and names.
+    The registry's answer is a fake here (no registry holds these tags offline)."""
+    digest = "sha256:" + "6" * 64
+    monkeypatch.setattr(pin_images, "resolve", lambda ref, *_: digest)
+    (tmp_path / "Pulumi.lab.yaml").write_text(
+        "config:\n  cloudstation:platform:\n    images:\n      allowUnpinned: [pulsar, kaniko]\n")
+    (tmp_path / "Pulumi.other.yaml").write_text("config:\n  cloudstation:environment: test\n")
+    digests = tmp_path / "image-digests.yaml"
+    digests.write_text(versions.DIGESTS_FILE.read_text())
+    code, out, _ = run_pin_images(capsys, "--image", "kaniko", "--digests", str(digests), "--root", str(tmp_path))
+    assert code == 0 and versions.load_digests(digests)["kaniko"].digest == digest
+    assert ("Pulumi.lab.yaml: remove kaniko from cloudstation:platform.images.allowUnpinned (it runs by digest now; "
+            "the stack refuses the entry until it goes)") in out
+    assert "pulsar" not in out and "Pulumi.other.yaml" not in out
 
 
 def test_skopeo_verifies_tls_and_takes_credentials_from_a_file_only():

@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # (components/build_job.py, components/builds_namespace.py), when an address list is open,
 # infra/address_blocks.py (components/network.py), and which names and values are credentials,
 # infra/credentials.py (components/armada/settings.py), and what a resource quantity is worth,
-# infra/quantities.py (components/k8s.py); nothing else of the program.
+# infra/quantities.py (components/k8s.py), and the proxy annotation and operator config the checks and
+# the pack read back, infra/image_pins.py (components/cloudstate_operator.py,
+# components/project_environment.py); nothing else of the program.
 COMPONENTS_MAY_IMPORT = {"infra.versions", "infra.image_refs", "infra.public_egress", "infra.address_blocks",
-                         "infra.credentials", "infra.quantities"}
+                         "infra.credentials", "infra.quantities", "infra.image_pins"}
 
 
 def _imports(path: Path, package: str, *, module_level_only: bool = False) -> set[str]:

@@ -23,7 +23,7 @@ from components.monitoring import METRICS, MonitoringConfig, known_metric
 from components.project_environment import SERVICE_LABEL
 from infra import config as stack_config
 from cloudstation_tools import checks, render, validate
-from tests import cloudstate_variants
+from tests import cloudstate_variants, unpinned
 from tests.armada_variants import OWN_CLUSTER, variant
 from tests.conftest import ROOT, objects, spec_violations
 from tests.test_network_policies import Pod, cluster_of, entity_pods
@@ -35,11 +35,16 @@ IMPOSTOR = Pod("monitoring", "grafana-0", {"app.kubernetes.io/name": "grafana"},
 """Another pod of Prometheus' namespace: it must not reach the metrics ports."""
 
 
+def with_monitoring(monitoring: dict) -> render.StackFile:
+    """Pulumi.test.yaml with `platform.monitoring`; its exporters have no digest record yet, so the
+    stack names them in its opt-out as a lab cluster does (tests/unpinned.py)."""
+    return cloudstate_variants.edited("test", platform=lambda p: unpinned.opt_out({**p, "monitoring": monitoring}))
+
+
 @functools.lru_cache(maxsize=None)
 def stack(name: str) -> render.Rendered:
     if name == MONITORED:
-        edited = cloudstate_variants.edited("test", platform=lambda p: {**p, "monitoring": {"enabled": True}})
-        return render.render("test", stack_file=edited)
+        return render.render("test", stack_file=with_monitoring({"enabled": True}))
     return variant(name)
 
 
@@ -218,8 +223,7 @@ def stack_config_of(rendered: render.Rendered) -> stack_config.StackConfig:
     from tests.armada_variants import config_of
 
     if rendered is stack(MONITORED):
-        return stack_config.load(cloudstate_variants.edited(
-            "test", platform=lambda p: {**p, "monitoring": {"enabled": True}}).values, root=ROOT)
+        return stack_config.load(with_monitoring({"enabled": True}).values, root=ROOT)
     return config_of(rendered)
 
 
@@ -331,8 +335,8 @@ def test_a_scrape_peer_naming_prometheus_pods_but_no_namespace_is_refused():
 
 
 def test_bad_monitoring_config_is_a_clear_error():
-    base = cloudstate_variants.edited("test", platform=lambda p: {**p, "monitoring": {
-        "enabled": True, "prometheusPodLabels": {}, "scrapeInterval": "soon", "resourceLabels": {"bad key!": "x"}}})
+    base = with_monitoring({
+        "enabled": True, "prometheusPodLabels": {}, "scrapeInterval": "soon", "resourceLabels": {"bad key!": "x"}})
     with pytest.raises(stack_config.ConfigError) as error:
         stack_config.load(base.values, root=ROOT)
     message = str(error.value)
@@ -550,7 +554,6 @@ def test_every_rendered_alert_is_documented_and_the_docs_example_validates(monit
     assert {rule["alert"] for _, rule in rules(monitored)} <= documented
     [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "monitoring:" in b]
     example = yaml.safe_load(block)["cloudstation:platform"]["monitoring"]
-    loaded = stack_config.load(cloudstate_variants.edited(
-        "test", platform=lambda p: {**p, "monitoring": example}).values, root=ROOT)
+    loaded = stack_config.load(with_monitoring(example).values, root=ROOT)
     assert loaded.platform.monitoring.model_dump(by_alias=True, mode="json") == {
         **MonitoringConfig().model_dump(by_alias=True, mode="json"), **example}

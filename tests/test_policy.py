@@ -28,11 +28,12 @@ from pulumi_policy import (
 from pulumi_policy.policy import _NotApplicableError, _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from infra import config as stack_config, versions
+from components import cloudstate_operator as operator
+from infra import config as stack_config, image_pins, versions
 from cloudstation_tools import checks, render
 from cloudstation_tools.policy_offline import check_resource, check_stack, engine_props, options  # noqa: F401
 from policy import rules
-from tests import armada_variants
+from tests import armada_variants, promoted
 from tests.conftest import ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -76,26 +77,10 @@ def project_directory(as_stack, rendered_stacks, tmp_path) -> Path:
 
 @pytest.mark.parametrize("policy", RESOURCE_POLICIES, ids=lambda p: p.name)
 def test_every_resource_of_both_stacks_passes(as_stack, policy):
+    # Platform images without a digest record pass only because each stack names them in
+    # platform.images.allowUnpinned (prod on its own cluster: tests/armada_variants.py).
     violations = [v for r in as_stack.registrations for v in check_resource(policy, r.type, r.inputs, name=r.name)]
-    assert violations == expected_violations(as_stack, policy.name)
-
-
-def expected_violations(rendered, policy_name: str) -> list[str]:
-    """What a stack cannot pass yet: in prod, `prod-platform-images-by-digest` names each container
-    running a pin that infra/versions.py has no digest for (they run by tag
-    until `python -m infra pin-images --missing`; docs/security.md "Images"). Both stack files run
-    none; prod on its own cluster runs Armada's and Pulsar's. Derived from the pins, so it empties
-    as digests are recorded."""
-    if policy_name != rules.prod_platform_images_by_digest.name or rules.environment() != "prod":
-        return []
-    undigested = {pin for pin in versions.IMAGES.values() if not checks.is_digest_pinned(pin)}
-    return [
-        f"{name} container {c['name']}: platform image {c['image']!r} is not pinned by digest "
-        f"(infra/versions.py pins {checks.platform_image(c['image'], versions.IMAGES)!r})"
-        for r in rendered.registrations for _, name, spec in rules.pod_specs(r.type, r.inputs)
-        for c in checks.all_containers(spec)
-        if checks.platform_image(c["image"], versions.IMAGES) in undigested
-    ]
+    assert violations == []
 
 
 @pytest.mark.parametrize("policy", STACK_POLICIES, ids=lambda p: p.name)
@@ -138,10 +123,7 @@ def test_the_pack_passes_both_stacks_over_the_analyzer_protocol(as_stack, projec
                                             parent=r.parent, dependencies=r.dependencies)
                      for r in as_stack.registrations]
         response = servicer.AnalyzeStack(proto.AnalyzeStackRequest(resources=resources), None)
-        platform = rules.prod_platform_images_by_digest
-        assert [d.message for d in [*diagnostics, *response.diagnostics] if d.policyName != platform.name] == []
-        assert [d.message.split(": ", 1)[1] for d in diagnostics if d.policyName == platform.name] \
-            == [v.split(": ", 1)[1] for v in expected_violations(as_stack, platform.name)]
+        assert [d.message for d in [*diagnostics, *response.diagnostics]] == []
         assert list(response.not_applicable) == []
         # The same path reports a violation (the registry's probe removed).
         registry = next(r for r in as_stack.registrations if r.type == "kubernetes:apps/v1:Deployment"
@@ -208,9 +190,11 @@ def deployment(*containers: dict, name: str = "web", namespace: str = "apps", la
 
 
 def stateful_service(*containers: dict, **spec) -> tuple[str, dict]:
+    """A StatefulService whose pods' proxy (its annotation, infra/image_pins.py) is a pin by digest."""
+    proxy = f"{versions.TAGS['cloudstate-proxy-postgres']}@{DIGEST}"
     return "kubernetes:cloudstate.io/v1alpha1:StatefulService", {
         "apiVersion": "cloudstate.io/v1alpha1", "kind": "StatefulService",
-        "metadata": {"name": "shop-cart", "namespace": "shop-test"},
+        "metadata": {"name": "shop-cart", "namespace": "shop-test", "annotations": {image_pins.PROXY_ANNOTATION: proxy}},
         "spec": {"containers": list(containers),
                  "sidecarResources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
                  **spec},
@@ -333,25 +317,99 @@ def platform_pins() -> list[tuple[str, str, str]]:
     return [(name, pin, pin.split("@", 1)[0]) for name, pin in versions.IMAGES.items()]
 
 
-def test_prod_platform_images_by_digest_follows_the_pins(engine_env):
-    policy = rules.prod_platform_images_by_digest
+def test_platform_images_by_digest_follows_the_pins(engine_env):
+    policy = rules.platform_images_by_digest
+    for stack in ("prod", "test"):  # the stack that owns the cluster too (issue 20 finding 6)
+        engine_env(stack, {"cloudstation:environment": stack})
+        for name, pin, tag_only in platform_pins():
+            digest = checks.image_digest(pin) or DIGEST
+            good = f"{tag_only}@{digest}"
+            assert check_resource(policy, *deployment(container(image=good))) == [], name
+            mirrored = "mirror.example:5000/hub/" + good.split("/", 1)[1]
+            assert check_resource(policy, *deployment(container(image=mirrored))) == [], name
+            [violation] = check_resource(policy, *deployment(container(image=tag_only)))
+            assert "is not pinned by digest" in violation and pin in violation, name
+            assert "`python -m infra pin-images --missing`" in violation and f"list {name} in" in violation
+            if checks.image_digest(pin):  # another digest than the pin's is not the pinned image
+                other = f"{tag_only}@sha256:{'0' * 64}"
+                assert "is not the digest" in check_resource(policy, *deployment(container(image=other)))[0]
+        # Entities and images the pins do not name are other rules' business.
+        assert check_resource(policy, *stateful_service(container(image="localhost:32000/shop/cart:1"))) == []
+
+
+def test_platform_images_by_digest_accepts_a_tag_only_for_the_pins_the_stack_names(engine_env):
+    """platform.images.allowUnpinned (a lab cluster's opt-out, validated by the config) lets exactly
+    the named pins run by their tag, and only while they have no digest record."""
+    policy = rules.platform_images_by_digest
+    unrecorded = [n for n in versions.TAGS if not versions.has_digest(n)]
+    recorded = [n for n in versions.TAGS if versions.has_digest(n)]
+    assert unrecorded and recorded
+    first, *others = unrecorded
+    engine_env("test", {"cloudstation:environment": "test",
+                        "cloudstation:platform": json.dumps({"images": {"allowUnpinned": [first, recorded[0]]}})})
+    assert check_resource(policy, *deployment(container(image=versions.TAGS[first]))) == []
+    for name in [*others, recorded[0]]:
+        assert check_resource(policy, *deployment(container(image=versions.TAGS[name]))), name
+
+
+def proxy_service(proxy: Optional[str]) -> tuple[str, dict]:
+    """A StatefulService whose pods' proxy is `proxy` (its annotation; None: not annotated)."""
+    type_, props = stateful_service(container(image=f"localhost:32000/shop/cart@{DIGEST}"))
+    props["metadata"].pop("annotations", None)
+    if proxy is not None:
+        props["metadata"]["annotations"] = {image_pins.PROXY_ANNOTATION: proxy}
+    return type_, props
+
+
+def test_platform_images_by_digest_sees_the_proxies_and_the_build_pods(engine_env):
+    """What the program's pods run without a rendered pod: the proxies the operator's ConfigMap names
+    and each StatefulService's pods run (its annotation), and the in-cluster build pods (each
+    EntityBuild's Armada job item)."""
+    policy = rules.platform_images_by_digest
     engine_env("prod", {"cloudstation:environment": "prod"})
-    for name, pin, tag_only in platform_pins():
-        digest = checks.image_digest(pin) or DIGEST
-        good = f"{tag_only}@{digest}"
-        assert check_resource(policy, *deployment(container(image=good))) == [], name
-        mirrored = "mirror.example:5000/hub/" + good.split("/", 1)[1]
-        assert check_resource(policy, *deployment(container(image=mirrored))) == [], name
-        [violation] = check_resource(policy, *deployment(container(image=tag_only)))
-        assert "is not pinned by digest" in violation and pin in violation, name
-        if checks.image_digest(pin):  # another digest than the pin's is not the pinned image
-            other = f"{tag_only}@sha256:{'0' * 64}"
-            assert "is not the digest" in check_resource(policy, *deployment(container(image=other)))[0]
-    # Entities and images the pins do not name are other rules' business.
-    assert check_resource(policy, *stateful_service(container(image="localhost:32000/shop/cart:1"))) == []
-    # Other stacks may run the exact tags.
-    engine_env("test", {"cloudstation:environment": "test"})
-    assert all(check_resource(policy, *deployment(container(image=t))) == [] for _, _, t in platform_pins())
+    tag_only = versions.TAGS["cloudstate-proxy-postgres"]
+    [violation] = check_resource(policy, *proxy_service(tag_only))
+    assert violation.startswith("StatefulService shop-test/shop-cart pods' akka-sidecar: platform image")
+    assert "is not pinned by digest" in violation
+    assert check_resource(policy, *proxy_service(f"{tag_only}@{DIGEST}")) == []
+    [violation] = check_resource(policy, *proxy_service(None))
+    assert f"names no proxy image (annotation {image_pins.PROXY_ANNOTATION})" in violation
+    config_map = "kubernetes:core/v1:ConfigMap", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": image_pins.OPERATOR_CONFIG_MAP, "namespace": "cs"},
+        "data": {"config": operator.operator_config(["shop-test"], {k: versions.TAGS[n] for k, n in operator.PROXY_IMAGES.items()})}}
+    violations = check_resource(policy, *config_map)
+    assert sorted(v.split(": ", 1)[0] for v in violations) == [
+        f"ConfigMap cs/{image_pins.OPERATOR_CONFIG_MAP} proxy.image.{k}" for k in sorted(operator.PROXY_IMAGES)]
+    config_map[1]["data"]["config"] = operator.operator_config(["shop-test"], {k: f"{versions.TAGS[n]}@{DIGEST}" for k, n in operator.PROXY_IMAGES.items()})
+    assert check_resource(policy, *config_map) == []
+    job_item = {"namespace": "cloudstation-build", "podSpec": {
+        "initContainers": [container("fetch", versions.image("build-fetch"))],
+        "containers": [container("build", versions.TAGS["kaniko"])]}}
+    build = "pulumi-python:dynamic/builds:EntityBuild", {"jobItem": json.dumps(job_item), "contentTag": "x"}
+    [violation] = check_resource(policy, *build, name="shop-cart")
+    assert violation.startswith("EntityBuild shop-cart (Armada job) container build: platform image") and "kaniko" in violation
+    engine_env("test", {"cloudstation:environment": "test",
+                        "cloudstation:platform": json.dumps({"images": {"allowUnpinned": ["kaniko"]}})})
+    assert check_resource(policy, *build, name="shop-cart") == []
+
+
+def test_prods_rule_sees_the_proxies_its_entity_pods_run(rendered_stacks, engine_env):
+    """Prod runs no operator: its entity pods' proxies are the owner's, which each StatefulService
+    names. Without its opt-out the rule reports exactly those (before, prod's render held no proxy
+    image, so the rule could not fail)."""
+    prod = rendered_stacks["prod"]
+    values = dict(promoted.read("prod").values)
+    platform = json.loads(values["cloudstation:platform"])
+    del platform["images"]
+    engine_env("prod", {**values, "cloudstation:platform": json.dumps(platform)})
+    policy = rules.platform_images_by_digest
+    violations = [v for r in prod.registrations for v in check_resource(policy, r.type, r.inputs, name=r.name)]
+    services = [r for r in prod.registrations if r.type == "kubernetes:cloudstate.io/v1alpha1:StatefulService"]
+    assert len(violations) == len(services) == 4
+    for service, violation in zip(services, violations):
+        meta = service.inputs["metadata"]
+        assert violation.startswith(f"StatefulService {meta['namespace']}/{meta['name']} pods' akka-sidecar: platform "
+                                    "image 'docker.io/cloudstateio/cloudstate-proxy-")
 
 
 def test_the_prod_stack_runs_every_platform_image_by_digest(rendered_stacks, engine_env):

@@ -29,6 +29,7 @@ from components import registry_api
 from infra.image_refs import entity_repository
 from components.limits import Deadline
 from cloudstation_tools.promote import PromotionRefused
+from tests import unpinned
 from tests.conftest import ROOT
 from tests.registry_server import (
     PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
@@ -827,6 +828,7 @@ def ecr_prod_file(prefix: str) -> str:
     platform = config["cloudstation:platform"]
     platform.pop("clusterOwnerStack", None)
     platform.update(ownsClusterResources=True, registry={"mode": "external", "url": f"{ECR}/{prefix}", "username": "AWS"})
+    platform.update(unpinned.opt_out(platform))  # it runs the operator now (pins without a digest record)
     config["cloudstation:registryPassword"] = {"secure": "v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ=="}
     return yaml.safe_dump(document, sort_keys=False)
 

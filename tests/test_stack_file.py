@@ -12,7 +12,7 @@ import pytest
 from infra import config as stack_config
 from cloudstation_tools import stack_file
 from cloudstation_tools.stack_file import StackFileError
-from tests import promoted
+from tests import promoted, unpinned
 from tests.conftest import ROOT
 
 
@@ -36,6 +36,8 @@ config:
     secure: v1:3b6XxQ1c9Do8r7Wh:sC8mEOz5zQ4t+uJzGBYvVj7Qqg2aUQ==
   cloudstation:platform:
     namespace: cloudstation
+    # This stack owns its cluster: a lab cluster's opt-out of the pins without a digest record.
+    images: {{allowUnpinned: {json.dumps(unpinned.unrecorded())}}}
     projectState:
       image: "{ref(4, 'platform/project-state')}"
   cloudstation:projects:
@@ -239,8 +241,8 @@ def _raw_test_config(**entity) -> dict:
     return {
         "cloudstation:environment": "test",
         "cloudstation:projects": json.dumps([{"name": "shop", "entities": [entity]}]),
-        "cloudstation:platform": json.dumps({"projectState": {"image": project_state},
-                                             "builds": {"publicEgress": {"enabled": True}}}),
+        "cloudstation:platform": json.dumps(unpinned.opt_out({"projectState": {"image": project_state},
+                                                              "builds": {"publicEgress": {"enabled": True}}})),
     }
 
 
