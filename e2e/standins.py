@@ -18,7 +18,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -52,12 +54,18 @@ def _config_map_data(cluster: Cluster, namespace: str, name: str) -> dict[str, b
 
 
 class RegistryStandIn:
-    """`start()` watches for registry pods; `url` is the local registry once one serves."""
+    """`start()` watches for registry pods and runs their containers here: distribution (`registry
+    serve <config>`, the binary the image pins) and the gate in front of it (components/
+    registry_gate.py, the ConfigMap's script under this machine's Python). `url` is the pod's
+    serving port (the gate) as reached locally."""
+
+    SERVING_PORT = 5000
+    """The pod port the registry Service targets (components/registry.py: the gate)."""
 
     def __init__(self, cluster: Cluster, binary: Path, work: Path):
         self.cluster, self.binary, self.work = cluster, binary, work
-        self.process: Optional[subprocess.Popen] = None
-        self.port = 0
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.ports: dict[int, int] = {}  # port inside the pod -> local port
         self.served: dict[str, str] = {}  # pod uid -> namespace/name, pods marked serving
         self.errors: list[str] = []
         self._signature = ""
@@ -66,7 +74,7 @@ class RegistryStandIn:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.ports.get(self.SERVING_PORT, 0)}"
 
     def start(self) -> "RegistryStandIn":
         self._thread.start()
@@ -75,9 +83,14 @@ class RegistryStandIn:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        self._end_processes()
+
+    def _end_processes(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=10)
+        self.processes.clear()
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -93,91 +106,128 @@ class RegistryStandIn:
 
     def _serve(self, pod: dict) -> None:
         namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
-        root, config_file, env = self._materialise(pod)
-        signature = json.dumps([namespace, config_file.read_text(), sorted(env.items())])
-        if signature != self._signature or self.process is None or self.process.poll() is not None:
-            self._restart(pod, root, config_file, env)
+        root = self.work / "root"
+        envs = self._materialise(pod, root)
+        mounted = sorted(str(p.relative_to(root)) + p.read_text(errors="replace")
+                         for p in root.rglob("*") if p.is_file() and "var/lib/registry" not in str(p))
+        signature = json.dumps([namespace, pod["spec"]["containers"], mounted, sorted(envs.items())])
+        if signature != self._signature or any(p.poll() is not None for p in self.processes.values()):
+            self._restart(pod, root, envs)
             self._signature = signature
         if uid not in self.served:
             self.cluster.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
                              {"metadata": {"annotations": {SERVING: "true"}}})
             self.served[uid] = f"{namespace}/{pod['metadata']['name']}"
 
-    def _materialise(self, pod: dict) -> tuple[Path, Path, dict[str, str]]:
-        """The container's mounts under a local root (kubelet semantics: ConfigMap keys and Secret
-        items as files, a claim as a directory that outlives the pod) and its environment."""
+    def _materialise(self, pod: dict, root: Path) -> dict[str, str]:
+        """Every container's mounts under one local root (kubelet semantics: ConfigMap keys and Secret
+        items as files, a claim as a directory that outlives the pod); returns each container's
+        environment as JSON text by container name."""
         namespace = pod["metadata"]["namespace"]
-        spec = pod["spec"]
-        container = spec["containers"][0]
-        root = self.work / "root"
-        volumes = {v["name"]: v for v in spec.get("volumes", [])}
-        for mount in container.get("volumeMounts", []):
-            volume = volumes[mount["name"]]
-            target = root / mount["mountPath"].lstrip("/")
-            if "persistentVolumeClaim" in volume:
-                claim = self.work / "claims" / namespace / volume["persistentVolumeClaim"]["claimName"]
-                claim.mkdir(parents=True, exist_ok=True)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if not target.is_symlink():
-                    target.symlink_to(claim)
-                continue
-            if "configMap" in volume:
-                data = _config_map_data(self.cluster, namespace, volume["configMap"]["name"])
-                items = volume["configMap"].get("items")
-            elif "secret" in volume:
-                data = _secret_data(self.cluster, namespace, volume["secret"]["secretName"])
-                items = volume["secret"].get("items")
-            else:
-                target.mkdir(parents=True, exist_ok=True)  # emptyDir and the like
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            for key, path in ([(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]):
-                file = target / path
-                if not file.exists() or file.read_bytes() != data[key]:
-                    file.write_bytes(data[key])  # a new mtime: distribution re-reads htpasswd
-        env: dict[str, str] = {}
-        for variable in container.get("env", []):
-            if "value" in variable:
-                env[variable["name"]] = variable["value"]
-            elif "secretKeyRef" in variable.get("valueFrom", {}):
-                ref = variable["valueFrom"]["secretKeyRef"]
-                env[variable["name"]] = _secret_data(self.cluster, namespace, ref["name"])[ref["key"]].decode()
-        config_file = root / container["args"][0].lstrip("/")
-        return root, config_file, env
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        envs = {}
+        for container in pod["spec"]["containers"]:
+            for mount in container.get("volumeMounts", []):
+                volume = volumes[mount["name"]]
+                target = root / mount["mountPath"].lstrip("/")
+                if "persistentVolumeClaim" in volume:
+                    claim = self.work / "claims" / namespace / volume["persistentVolumeClaim"]["claimName"]
+                    claim.mkdir(parents=True, exist_ok=True)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if not target.is_symlink():
+                        target.symlink_to(claim)
+                    continue
+                if "configMap" in volume:
+                    data = _config_map_data(self.cluster, namespace, volume["configMap"]["name"])
+                    items = volume["configMap"].get("items")
+                elif "secret" in volume:
+                    data = _secret_data(self.cluster, namespace, volume["secret"]["secretName"])
+                    items = volume["secret"].get("items")
+                else:
+                    target.mkdir(parents=True, exist_ok=True)  # emptyDir and the like
+                    continue
+                target.mkdir(parents=True, exist_ok=True)
+                for key, path in ([(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]):
+                    file = target / path
+                    if not file.exists() or file.read_bytes() != data[key]:
+                        file.write_bytes(data[key])  # a new mtime: distribution re-reads htpasswd
+            env: dict[str, str] = {}
+            for variable in container.get("env", []):
+                if "value" in variable:
+                    env[variable["name"]] = variable["value"]
+                elif "secretKeyRef" in variable.get("valueFrom", {}):
+                    ref = variable["valueFrom"]["secretKeyRef"]
+                    env[variable["name"]] = _secret_data(self.cluster, namespace, ref["name"])[ref["key"]].decode()
+            envs[container["name"]] = json.dumps(env, sort_keys=True)
+        return envs
 
-    def _restart(self, pod: dict, root: Path, config_file: Path, env: dict[str, str]) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+    def _local(self, address: str) -> str:
+        """An address inside the pod (`:5000`, `127.0.0.1:5002`) as a local one, one free port each."""
+        port = int(address.rsplit(":", 1)[1])
+        self.ports.setdefault(port, free_port())
+        return f"127.0.0.1:{self.ports[port]}"
+
+    def _command(self, container: dict, root: Path) -> list[str]:
+        """The container's command here: absolute paths under its mounts local, addresses local;
+        distribution's config rewritten the same way (only addresses and paths change)."""
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+
+        def local(arg: str) -> str:
+            if any(arg == m or arg.startswith(m.rstrip("/") + "/") for m in mounts):
+                return str(root / arg.lstrip("/"))
+            return self._local(arg) if re.fullmatch(r"(127\.0\.0\.1|0\.0\.0\.0)?:\d+", arg) else arg
+
+        if container["name"] == "registry":
+            config_file = Path(local(container["args"][0]))
+            settings = yaml.safe_load(config_file.read_text())
+            filesystem = settings["storage"]["filesystem"]
+            filesystem["rootdirectory"] = local(filesystem["rootdirectory"])
+            settings["auth"]["htpasswd"]["path"] = local(settings["auth"]["htpasswd"]["path"])
+            settings["http"]["addr"] = self._local(settings["http"]["addr"])
+            if settings["http"].get("debug"):
+                settings["http"]["debug"]["addr"] = self._local(settings["http"]["debug"]["addr"])
+            local_config = self.work / "config.yml"
+            local_config.write_text(yaml.safe_dump(settings))
+            return [str(self.binary / "registry"), "serve", str(local_config)]
+        command = [local(a) for a in [*container.get("command", []), *container.get("args", [])]]
+        if command and command[0] == "python3":
+            command[0] = sys.executable  # the image's interpreter; the gate runs on 3.11 to 3.13
+        return command
+
+    def _restart(self, pod: dict, root: Path, envs: dict[str, str]) -> None:
+        self._end_processes()
         namespace = pod["metadata"]["namespace"]
-        settings = yaml.safe_load(config_file.read_text())
-        ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0].get("ports", [])}
-        local = {name: free_port() for name in ports}
-        # Only addresses and absolute paths change: every path the config names is under a mount.
-        settings["storage"]["filesystem"]["rootdirectory"] = str(root / settings["storage"]["filesystem"]["rootdirectory"].lstrip("/"))
-        settings["auth"]["htpasswd"]["path"] = str(root / settings["auth"]["htpasswd"]["path"].lstrip("/"))
-        for section, port_name in ((settings["http"], "http"), (settings["http"].get("debug", {}), "debug")):
-            if section:
-                section["addr"] = f"127.0.0.1:{local[port_name]}"
-        local_config = self.work / "config.yml"
-        local_config.write_text(yaml.safe_dump(settings))
-        log = (self.work / "registry.log").open("ab")
-        self.process = subprocess.Popen([str(self.binary / "registry"), "serve", str(local_config)], env=env,
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        self.port = local["http"]
+        for container in pod["spec"]["containers"]:
+            for port in container.get("ports", []):
+                self._local(f":{port['containerPort']}")
+            log = (self.work / f"{container['name']}.log").open("ab")
+            self.processes[container["name"]] = subprocess.Popen(
+                self._command(container, root), env=json.loads(envs[container["name"]]), stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work)
+            log.close()
+        # Ready as the pod's own probes say (components/registry.py: each container's readinessProbe).
         deadline = time.monotonic() + 30
-        probe = f"http://127.0.0.1:{local['debug']}/debug/health" if "debug" in local else f"{self.url}/v2/"
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(probe, timeout=1).status_code in (200, 401):
-                    break
-            except requests.RequestException:
+        def probe_url(container: dict) -> str:
+            get = container["readinessProbe"]["httpGet"]
+            port = get["port"]
+            if isinstance(port, str):  # a named port of the container
+                port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == port)
+            return f"http://{self._local(f':{port}')}{get.get('path', '/')}"
+        probes = [probe_url(c) for c in pod["spec"]["containers"] if "httpGet" in c.get("readinessProbe", {})]
+        for probe in probes:
+            while True:
+                try:
+                    if requests.get(probe, timeout=1).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the registry stand-in did not answer {probe}: see {self.work}/*.log")
                 time.sleep(0.05)
-        else:
-            raise RuntimeError(f"the local registry did not answer {probe}")
-        for name, container_port in ports.items():
-            self.cluster.forward(f"registry-{namespace}-{name}", [namespace], container_port, local[name])
+        for container in pod["spec"]["containers"]:
+            for port in container.get("ports", []):
+                inside = port["containerPort"]
+                self.cluster.forward(f"registry-{namespace}-{inside}", [namespace], inside, self.ports[inside])
 
 
 class ClusterArmada(FakeArmada):
