@@ -41,7 +41,7 @@ from tests.builds_program import run  # noqa: E402
 from tests.fake_armada import FakeArmada  # noqa: E402
 from tests.fake_executor import FakeExecutor  # noqa: E402
 from tests.registry_server import CountingProxy, RegistryServer  # noqa: E402
-from tests.test_user_copy import copy_repository  # noqa: E402
+from tests.stacks import copy_repository  # noqa: E402  (with the fixture stack files: tests/stacks/)
 
 STACK = "test"
 PROJECT = "bench"
@@ -88,8 +88,7 @@ def main() -> None:
         password = kept_value("registry-auth-values", "password", 32)
         with RegistryServer(temp / "registry", username=config.platform.registry.username, password=password) as registry, \
                 CountingProxy(f"http://127.0.0.1:{registry.port}") as proxy, FakeArmada() as armada:
-            with FakeExecutor(armada, registry, contexts(copy), registry_host=builds.registry_service_host(config),
-                              pod_security="baseline", namespace=config.platform.builds_namespace) as executor:
+            with FakeExecutor(armada, registry, contexts(copy), registry_host=builds.registry_service_host(config)) as executor:
                 platform = {"registry": {"pushHost": proxy.host},
                             "armada": {"queueApi": {"url": armada.url, "waitSeconds": 0}}}
                 total = len(names) + 1  # and project-state

@@ -15,7 +15,7 @@ machine these numbers come from) every run would otherwise compile them again, ~
 program against a few hundred for the bare one.
 
 - program: `python -m infra render --stack test --out DIR`, the command itself, in a scratch copy of
-  the repository (infra/, components/, entities/, Pulumi*.yaml) whose Pulumi.test.yaml is the item.
+  the repository (infra/, components/, entities/, __main__.py, Pulumi*.yaml) whose Pulumi.test.yaml is the item.
 - bare: a bare Pulumi program with as many resources as the program registered (components
   included): `import pulumi, pulumi_kubernetes`, the same mocks and monitor (cloudstation_tools.mocks
   ProgramMocks and RecordingMonitor, preview=False, one `@pulumi.runtime.test` run, as
@@ -23,10 +23,7 @@ program against a few hundred for the bare one.
   for the rest; no components, no config, Python's default garbage collection; its registrations
   written by the same writer (cloudstation_tools/render_output.py, which loads neither the program nor its config).
   The goal is program CPU <= 1.5 x bare CPU.
-  Not like for like in one respect: the program registers its Kubernetes objects through
-  components/kube.py (the same requests to the engine, tests/test_kube_light.py), which loads none
-  of pulumi-kubernetes' generated API modules; the bare program's ConfigMap class loads core/v1's,
-  ~0.3 s of CPU that the program no longer spends. `replay` below has neither.
+  Both register their Kubernetes objects through pulumi-kubernetes' own generated classes.
 
 Two diagnostics, to show where the rest goes:
 
@@ -89,7 +86,7 @@ def project_copy(item: str, scratch: Path, source: Path = ROOT) -> Path:
         if not (source / part).is_dir():
             continue  # a --program-from revision before cloudstation_tools/ existed (its CLI was in infra/)
         shutil.copytree(source / part, root / part, ignore=shutil.ignore_patterns("node_modules", ".cloudstation"))
-    for path in source.glob("Pulumi*.yaml"):
+    for path in [*source.glob("Pulumi*.yaml"), *source.glob("__main__.py")]:  # the program's entry point
         shutil.copy2(path, root / path.name)
     if item != "example":
         document = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())

@@ -28,6 +28,7 @@ import pulumi
 import pulumi.runtime.settings
 
 from infra import config as stack_config
+from infra import context
 from infra import engine_paths
 from infra import stack_yaml
 from cloudstation_tools import render_output
@@ -88,21 +89,28 @@ class Rendered:
         return render_output.manifests_yaml(self.stack, render_output.objects(self.registrations), self.made_up, self.reads)
 
 
-def validate_config(stack: str, root: Path = ROOT, require_images: bool = True) -> stack_config.StackConfig:
-    """Validate a stack file's config; raises ConfigError with every problem. `require_images=False`
-    reads a prod stack before (or between) promotions for its other settings."""
-    stack_file = StackFile.read(stack, root)
-    return stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml",
+def validate_config(stack: str, root: Path = ROOT, require_images: bool = True,
+                    stack_dir: Path | None = None) -> stack_config.StackConfig:
+    """Validate a stack file's config (`Pulumi.<stack>.yaml` in `stack_dir`, default `root`); raises
+    ConfigError with every problem. `require_images=False` reads a prod stack before (or between)
+    promotions for its other settings."""
+    stack_dir = stack_dir or root
+    stack_file = StackFile.read(stack, stack_dir)
+    return stack_config.load(stack_file.values, root=root, stack_dir=stack_dir, source=f"Pulumi.{stack}.yaml",
                              secret_keys=stack_file.secret_keys, require_images=require_images)
 
 
 def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None, mocks: ProgramMocks | None = None,
-           preview: bool = False) -> Rendered:
+           preview: bool = False, stack_dir: Path | None = None) -> Rendered:
     """Run the program (`__main__.py`) for `stack` under mocks (preview=False unless asked) and collect
     everything. `mocks` may carry an opt-in (ProgramMocks.dynamic: run dynamic providers for real);
-    its `registrations` hold what was registered even when the program fails."""
-    stack_file = stack_file or StackFile.read(stack, root)
-    stack_config.load(stack_file.values, root=root, source=f"Pulumi.{stack}.yaml", secret_keys=stack_file.secret_keys)
+    its `registrations` hold what was registered even when the program fails. The stack files are
+    read from `stack_dir` (default `root`, where the engine keeps them): `stack_file`, unless given,
+    and the other stack files the program reads (infra/context.py STACK_DIR)."""
+    stack_dir = stack_dir or root
+    stack_file = stack_file or StackFile.read(stack, stack_dir)
+    stack_config.load(stack_file.values, root=root, stack_dir=stack_dir, source=f"Pulumi.{stack}.yaml",
+                      secret_keys=stack_file.secret_keys)
 
     mocks = mocks if mocks is not None else ProgramMocks()
     monitor = RecordingMonitor(mocks)
@@ -128,10 +136,12 @@ def render(stack: str, root: Path = ROOT, stack_file: StackFile | None = None, m
         return pulumi.Output.from_input(asyncio.ensure_future(collect_outputs()))
 
     collecting = gc.isenabled()  # the program turns the cyclic collector off (infra/program.py main)
+    stack_files, context.STACK_DIR = context.STACK_DIR, Path(stack_dir)
     try:
         with contextlib.chdir(program_dir):
             run()
     finally:
+        context.STACK_DIR = stack_files
         if collecting:
             gc.enable()
     registrations = sorted(mocks.registrations, key=lambda r: r.urn)

@@ -253,8 +253,10 @@ def _without_images(data: Any, slots: Mapping[str, ImageSlot], keys) -> Any:
     return {**data, "config": config}
 
 
-def validate(text: Union[str, Parsed], root: Path, source: str) -> stack_config.StackConfig:
-    """The stack config, validated exactly as the program validates it (from text or a parse)."""
+def validate(text: Union[str, Parsed], root: Path, source: str,
+             stack_dir: Optional[Path] = None) -> stack_config.StackConfig:
+    """The stack config, validated exactly as the program validates it (from text or a parse); the
+    other stack files it is checked against are in `stack_dir` (default: `root`, as the engine keeps them)."""
     document = (text.data if isinstance(text, Parsed) else _compose(text, source)[1]) or {}
     raw: dict[str, Any] = {}
     for key, value in (document.get("config") or {}).items():
@@ -266,7 +268,7 @@ def validate(text: Union[str, Parsed], root: Path, source: str) -> stack_config.
         raw[key] = value
     secure = [key for key, value in (document.get("config") or {}).items()
               if isinstance(value, dict) and set(value) == {"secure"}]  # a plain-text secret is refused
-    return stack_config.load(raw, root=root, source=source, secret_keys=secure)
+    return stack_config.load(raw, root=root, stack_dir=stack_dir, source=source, secret_keys=secure)
 
 
 def write_atomic(path: Path, text: str, expected: Optional[str] = None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import build_job
 from components import k8s as kube

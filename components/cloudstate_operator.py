@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
 from components import cloudstate_crds as crds

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import k8s as kb
 from components import network

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import network
 from components.k8s import PART_OF

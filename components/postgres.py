@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
 from components import k8s as kb

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 from pydantic import AfterValidator, Field, model_validator
 
 from components import k8s as kb

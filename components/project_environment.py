@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import cloudstate_crds as crds
 from components import k8s as kb

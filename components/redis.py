@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 import pulumi_random as random
 from pydantic import Field, model_validator
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal, Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
 from pydantic import Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator

@@ -26,8 +26,9 @@ What it does with each request, in this order:
    /v2/<name>/blobs/uploads/?mount=<digest>&from=<other>`, OCI distribution-spec v1.1 "Mounting a
    blob from another repository") needs push on <name> and pull on <other>; distribution reads
    `mount`/`from` with r.FormValue (registry/handlers/blobupload.go), which also reads a form body,
-   so upload requests with a form Content-Type are refused and the query is parsed strictly
-   (`upload_query`). `/v2/_catalog` only for users whose policy says `catalog`.
+   so upload requests with a form Content-Type, or one that is not plain ASCII (Go lowercases and
+   trims it as Unicode: `applİcation/x-www-form-urlencoded` is a form to it), are refused and the
+   query is parsed strictly (`upload_query`). `/v2/_catalog` only for users whose policy says `catalog`.
 4. Create-only tags: a manifest PUT by tag, for a user without `overwrite` on it, is forwarded only
    when distribution has no such tag or has it at the very digest of the body (an idempotent retry);
    otherwise refused, naming both digests. The check (HEAD upstream with every manifest media type
@@ -37,6 +38,10 @@ What it does with each request, in this order:
 5. Forwarding: request and response bodies stream in 64 KiB pieces (a manifest PUT by tag is read
    whole, at most MAX_MANIFEST_BYTES: distribution's own limit, manifests.go maxManifestBodySize);
    upstream answers, errors included, pass through unchanged.
+6. Bounds (`_Server`, `Handler.handle_one_request`): one thread per connection, at most MAX_CONNECTIONS
+   at once; more wait without a thread (QUEUE_SECONDS) or are refused (503 with Retry-After); a
+   request's whole head must arrive within IDLE_SECONDS of the connection's opening or the previous
+   answer, while a body and an answer get SOCKET_TIMEOUT_SECONDS per read or write (slow uploads work).
 
 Every refusal is a registry API error body (`{"errors": [{"code": "DENIED"|"UNAUTHORIZED", ...}]}`,
 distribution-spec "Error Codes") whose message names the user, the repository and the action.
@@ -46,9 +51,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import hashlib
 import http.client
 import http.server
+import io
 import json
 import re
 import socket
@@ -75,7 +82,11 @@ ROUTE_DIGEST = r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+"
 VALID_DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}")
 """What go-digest's Parse accepts with the algorithms the registry binary links; the manifest
 handler takes any other reference for a tag (manifests.go `manifestDispatcher`)."""
-_UUID = r"[a-zA-Z0-9_.=-]+"
+_UUID = r"(?!\.\.?\Z)[a-zA-Z0-9_.=-]+"
+"""The upload id of descriptors.go, but not `.` or `..`: gorilla/mux cleans those path segments
+(a 301 to another path), and the gate forwards only paths mux routes as they are."""
+_PLAIN_HEADER = re.compile(r"[\t\x20-\x7e]*")
+"""A header value of printable ASCII (and tabs) only."""
 
 ROUTES = (
     # (kind, template), in distribution's order: the first that matches is the route.
@@ -99,6 +110,21 @@ CHUNK = 64 << 10
 AUTH_CACHE_SECONDS = 60.0
 AUTH_CACHE_ENTRIES = 1024
 SOCKET_TIMEOUT_SECONDS = 300.0
+"""Once a request's head is in: how long any one read or write of it may wait (a slow but active upload
+keeps going as long as each piece comes within this)."""
+IDLE_SECONDS = 30.0
+"""How long a connection may take to deliver a whole request line and headers, counted from its
+opening or from the end of the previous answer (a kept-alive connection between requests): an idle or
+dripping client is closed after this, not after SOCKET_TIMEOUT_SECONDS per read. Clients keep idle
+connections longer (Go's http.Transport 90 s) and open a new one when the gate has closed theirs;
+components/registry_api.py retries once on a new connection."""
+MAX_CONNECTIONS = 64
+"""Connections served at once, one thread each. One more is accepted only when one ends: it waits up
+to QUEUE_SECONDS (in the listen backlog, beyond it in the clients' TCP retries: no thread), then is
+answered 503 UNAVAILABLE with `Retry-After` and closed. Sized for the registry's honest peak: kubelets
+pulling (containerd fetches 3 layers of an image at once per node), build pods pushing, `pulumi up`."""
+QUEUE_SECONDS = 10.0
+LISTEN_BACKLOG = 128
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 """Content types whose body Go's Request.ParseForm reads into r.Form (net/http request.go
 parsePostForm), and so into FormValue("mount"/"from"/"digest") of the upload handlers."""
@@ -278,6 +304,13 @@ def refusal(policy: Policy, username: str, method: str, path: str, query: str, c
     if need == "catalog":
         return None if user.catalog else (f"user {username!r} may not list the registry's repositories", where)
     if found.kind in ("upload", "upload-chunk") and method in WRITING_METHODS:
+        if not _PLAIN_HEADER.fullmatch(content_type):
+            # Go's mime.ParseMediaType lowercases and trims the header's bytes as UTF-8 Unicode text
+            # (strings.ToLower makes U+0130 an "i", strings.TrimSpace drops U+00A0 and U+0085), which
+            # the Latin-1 text here cannot mirror: `applİcation/x-www-form-urlencoded` is a form to
+            # distribution. In plain ASCII, str.strip() trims all Go trims (and more) and lower() is Go's.
+            return (f"user {username!r}: an upload to {found.name!r} with a Content-Type that is not plain ASCII is "
+                    "refused (the registry might read a form body from it)", where)
         media_type = content_type.split(";", 1)[0].strip().lower()
         if media_type in FORM_TYPES:
             return (f"user {username!r}: an upload to {found.name!r} with a {media_type} body is refused (the registry "
@@ -414,12 +447,52 @@ class _TagLock:
                 self.gate._tag_locks.pop(self.key, None)
 
 
+class _HeadDeadline(io.RawIOBase):
+    """The connection's reads: while `deadline` is set (waiting for a request's head), no read waits
+    past it, however the bytes drip in; otherwise each read waits up to `timeout`."""
+
+    def __init__(self, connection: socket.socket, timeout: float):
+        self.connection, self.timeout = connection, timeout
+        self.deadline: Optional[float] = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:
+            self.connection.settimeout(self.timeout)
+        else:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no whole request head within the idle timeout")
+            self.connection.settimeout(min(remaining, self.timeout))
+        return self.connection.recv_into(buffer)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "cloudstation-registry-gate"
-    timeout = SOCKET_TIMEOUT_SECONDS  # an idle or dripping client does not hold its thread for ever
+    timeout = SOCKET_TIMEOUT_SECONDS  # per read or write once a request's head is in
+    idle_seconds = IDLE_SECONDS  # for a whole request head (`handle_one_request`)
     disable_nagle_algorithm = True
     gate: Gate  # set on the subclass `serve` makes
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # the socket's own reader: replaced by one that keeps the head's deadline
+        self._reader = _HeadDeadline(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        # From the connection's opening or the previous answer's end: the whole head within idle_seconds
+        # (BaseHTTPRequestHandler closes the connection on the TimeoutError, answering nothing).
+        self._reader.deadline = time.monotonic() + self.idle_seconds
+        super().handle_one_request()
+
+    def _head_read(self) -> None:
+        """The head is in: the body and the answer get the per-read timeout."""
+        self._reader.deadline = None
+        self.connection.settimeout(self.timeout)
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass  # one JSON line per request instead (`_log`)
@@ -615,6 +688,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._log(user, answer.status)
 
     def _handle(self) -> None:
+        self._head_read()
         self._responded = False
         target = self.path
         if target == "/healthz" and self.command in ("GET", "HEAD"):
@@ -694,8 +768,98 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _Server(http.server.ThreadingHTTPServer):
+    """At most `max_connections` connections served at once, one thread each; up to twice as many more
+    wait, accepted but without a thread, for `queue_seconds` each; the rest are refused at once
+    (MAX_CONNECTIONS). A thread whose connection ends serves the longest-waiting one next."""
+
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    max_connections = MAX_CONNECTIONS
+    queue_seconds = QUEUE_SECONDS
+
+    def __init__(self, *args, **kwargs):
+        self._limits = threading.Lock()
+        self._serving = 0
+        self._waiting: collections.deque = collections.deque()  # (request, client_address, until), oldest first
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        with self._limits:
+            serve = self._serving < self.max_connections
+            if serve:
+                self._serving += 1
+            elif len(self._waiting) < 2 * self.max_connections:
+                self._waiting.append((request, client_address, time.monotonic() + self.queue_seconds))
+                return
+        if not serve:
+            return self._refuse(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._limits:
+                self._serving -= 1
+            raise
+
+    def process_request_thread(self, request, client_address):
+        while request is not None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                with self._limits:
+                    expired = self._expired()
+                    if self._waiting:
+                        request, client_address, _ = self._waiting.popleft()
+                    else:
+                        request = None
+                        self._serving -= 1
+                for refused in expired:
+                    self._refuse(*refused)
+
+    def service_actions(self):
+        # serve_forever's loop, every poll interval (0.5 s): waiting connections past their time are refused.
+        with self._limits:
+            expired = self._expired()
+        for refused in expired:
+            self._refuse(*refused)
+
+    def server_close(self):
+        super().server_close()
+        with self._limits:
+            waiting, self._waiting = list(self._waiting), collections.deque()
+        for request, _, _ in waiting:
+            self.shutdown_request(request)
+
+    def _expired(self) -> list:
+        """The waiting connections past their time, taken out (called under `_limits`)."""
+        expired, now = [], time.monotonic()
+        while self._waiting and self._waiting[0][2] <= now:
+            request, client_address, _ = self._waiting.popleft()
+            expired.append((request, client_address))
+        return expired
+
+    def _refuse(self, request: socket.socket, client_address) -> None:
+        """503 with Retry-After, without waiting: what the client sent meanwhile is read first (without
+        waiting either), so that closing does not reset the answer away; then the connection is closed."""
+        message = (f"the registry's gate serves {self.max_connections} connections at once and none ended within "
+                   f"{self.queue_seconds:g} s; try again")
+        body = error_body("UNAVAILABLE", message)
+        head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.setblocking(False)
+            try:
+                while request.recv(65536):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+            request.send(head + body)  # an idle connection's send buffer takes it at once (or it is cut short)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "client": str(client_address[0]),
+                 "status": 503, "refused": message}
+        print(json.dumps(entry, sort_keys=True), file=sys.stderr, flush=True)
 
 
 def listen_address(listen: str) -> tuple[str, int]:
@@ -703,15 +867,21 @@ def listen_address(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def serve(policy: Policy, listen: tuple[str, int], upstream: tuple[str, int]) -> http.server.ThreadingHTTPServer:
-    """A server (not yet serving) for `policy` at `listen`, forwarding to `upstream`."""
-    handler = type("GateHandler", (Handler,), {"gate": Gate(policy, upstream)})
+def serve(policy: Policy, listen: tuple[str, int], upstream: tuple[str, int], max_connections: int = MAX_CONNECTIONS,
+          idle_seconds: float = IDLE_SECONDS, queue_seconds: float = QUEUE_SECONDS) -> http.server.ThreadingHTTPServer:
+    """A server (not yet serving) for `policy` at `listen`, forwarding to `upstream`: at most
+    `max_connections` at once (one more waits up to `queue_seconds`, then is refused), each closed when
+    a request's head takes longer than `idle_seconds`."""
+    if max_connections < 1 or idle_seconds <= 0 or queue_seconds < 0:
+        raise ValueError("max_connections and idle_seconds must be positive, queue_seconds not negative")
+    handler = type("GateHandler", (Handler,), {"gate": Gate(policy, upstream), "idle_seconds": idle_seconds})
+    limits = {"max_connections": max_connections, "queue_seconds": queue_seconds}
     host, port = listen
     if host in ("", "::"):
         # Every address, IPv4 and IPv6 (a dual-stack pod): one IPv6 socket that also takes IPv4,
         # or IPv4 alone where the pod has no IPv6.
         try:
-            server_class = type("DualStack", (_Server,), {"address_family": socket.AF_INET6})
+            server_class = type("DualStack", (_Server,), {"address_family": socket.AF_INET6, **limits})
             server = server_class(("::", port), handler, bind_and_activate=False)
             server.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             server.server_bind()
@@ -719,22 +889,36 @@ def serve(policy: Policy, listen: tuple[str, int], upstream: tuple[str, int]) ->
             return server
         except OSError:
             host = "0.0.0.0"
-    return _Server((host, port), handler)
+    return type("Gate", (_Server,), limits)((host, port), handler)
 
 
-def main(argv: Optional[list] = None) -> None:
+def options(argv: Optional[list] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="The registry's authorizing gate (components/registry_gate.py).")
     parser.add_argument("--policy", required=True, help="the policy JSON file")
     parser.add_argument("--listen", default=":5000", help="[host]:port to serve (default every address, 5000)")
     parser.add_argument("--upstream", default="127.0.0.1:5002", help="host:port of the registry behind the gate")
-    options = parser.parse_args(argv)
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                        help=f"connections served at once (default {MAX_CONNECTIONS}); more wait, then get 503")
+    parser.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS,
+                        help=f"time for a request's whole head, from the connection's opening or the previous answer "
+                             f"(default {IDLE_SECONDS:g})")
+    parser.add_argument("--queue-seconds", type=float, default=QUEUE_SECONDS,
+                        help=f"how long a connection beyond the limit waits for a free one (default {QUEUE_SECONDS:g})")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[list] = None) -> None:
+    given = options(argv)
     try:
-        with open(options.policy, encoding="utf-8") as policy_file:
+        with open(given.policy, encoding="utf-8") as policy_file:
             policy = load_policy(json.load(policy_file))
     except (OSError, ValueError) as error:
-        raise SystemExit(f"registry gate: cannot use the policy {options.policy}: {error}")
-    server = serve(policy, listen_address(options.listen), listen_address(options.upstream))
-    print(json.dumps({"listening": options.listen, "upstream": options.upstream, "users": sorted(policy.users)}),
+        raise SystemExit(f"registry gate: cannot use the policy {given.policy}: {error}")
+    server = serve(policy, listen_address(given.listen), listen_address(given.upstream), given.max_connections,
+                   given.idle_seconds, given.queue_seconds)
+    print(json.dumps({"listening": given.listen, "upstream": given.upstream, "users": sorted(policy.users),
+                      "maxConnections": given.max_connections, "idleSeconds": given.idle_seconds,
+                      "queueSeconds": given.queue_seconds}),
           file=sys.stderr, flush=True)
     server.serve_forever()
 

@@ -16,7 +16,7 @@ builder() {  # the function that builds a tool
 }
 
 key() {  # the tool's module files, how it is built and the Go toolchain
-  { go version; declare -f "$(builder "$1")" kube_version_flags; find "$1" -type f | LC_ALL=C sort | xargs sha256sum; } \
+  { go version; declare -f "$(builder "$1")" kube_version_flags module_dir; find "$1" -type f | LC_ALL=C sort | xargs sha256sum; } \
     | sha256sum | cut -c1-12
 }
 
@@ -29,6 +29,11 @@ kube_version_flags() {
     printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean ' \
       "$pkg" "$v" "$pkg" "$pkg" "$minor" "$pkg"
   done
+}
+
+module_dir() {  # $1 wrapper module, $2 a module it requires: its directory in the module cache
+  # `go list -m` names a directory only once the module is downloaded (empty on a fresh machine).
+  (cd "$1" && go mod download "$2" && go list -m -f '{{.Dir}}' "$2")
 }
 
 build_kubernetes() {  # $1 module dir, $2 out
@@ -45,7 +50,7 @@ build_etcd() {
 
 build_kwok() {
   local src
-  src="$(cd kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  src="$(module_dir kwok sigs.k8s.io/kwok)"
   (cd kwok && go build -trimpath -ldflags "-s -w" -o "$2/kwok" sigs.k8s.io/kwok/cmd/kwok)
   # Standalone kwok has no stages of its own: the module's "fast" ones (nodes become Ready and keep
   # their lease, pods Ready, Job pods Succeeded, deleted pods go, claims get a volume) and the CRDs
@@ -68,7 +73,7 @@ build_registry() {
 build_pulumi() {
   local v sdk
   v="$(cd pulumi && go list -m -f '{{.Version}}' github.com/pulumi/pulumi/pkg/v3)"
-  sdk="$(cd pulumi && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+  sdk="$(module_dir pulumi github.com/pulumi/pulumi/sdk/v3)"
   (cd pulumi && go build -trimpath -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v" \
     -o "$2/" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ./cmd/pulumi-language-python ./cmd/pulumi-resource-random)
   # The SDK's program launcher (next to the language host) and dynamic-provider launcher (on PATH);
@@ -83,7 +88,7 @@ build_pulumi_kubernetes() {
   # writable copy of the module with the two files generated, in a copy of this wrapper module.
   local work src v
   work="$(mktemp -d)"
-  src="$(cd pulumi-kubernetes && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
+  src="$(module_dir pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
   v=4.25.0   # the tag of the pseudo-version in go.mod (v4.0.0-20260115033456-f47bc2d6f199)
   cp -r "$src" "$work/provider" && chmod -R u+w "$work/provider"
   cp pulumi-kubernetes/go.mod pulumi-kubernetes/go.sum "$work/"

@@ -525,7 +525,8 @@ def job_policy(rendered) -> tuple[dict, str]:
 
 RULE_MARK = {"namespace": "Armada executors may only create objects in the job namespaces",
              "account": "Armada job pods run as the service account", "labels": "Armada jobs may not carry the platform's own labels",
-             "queue": "only jobs of the build queues", "user-namespace": "must run in their own user namespace"}
+             "queue": "only jobs of the build queues", "user-namespace": "must run in their own user namespace",
+             "registry-image": "Armada jobs may not run images of the platform registry"}
 """Which of the job policy's validations a case breaks, by what its rendered message says
 (components/armada/cluster.py job_policy_validations)."""
 
@@ -583,7 +584,8 @@ def denial_cases(platform: Platform) -> dict[str, tuple[dict, str, bool]]:
     a pod running as any account but `jobServiceAccount` (granted nothing), and the platform's own
     labels"; docs/builds.md: in the builds namespace "a pod there must carry the executor-set label
     `armada_queue_id` naming a build queue", "only there may a job carry the build labels", and with
-    `userNamespace: true` "a pod there must have `hostUsers: false`"; docs/armada.md: it applies to
+    `userNamespace: true` "a pod there must have `hostUsers: false`"; docs/security.md: a job names no
+    image of the platform registry (the nodes' cache would serve it without a credential); docs/armada.md: it applies to
     "pods, services, ingresses" and "also holds if someone grants them more"."""
     config = platform.config("test")
     platform_ns, armada_ns = config.platform.namespace, config.platform.armada.namespace
@@ -606,6 +608,10 @@ def denial_cases(platform: Platform) -> dict[str, tuple[dict, str, bool]]:
             pod(job(jobs_ns, labels={"armada.cloudstation.io/scheduler-client": "true"})), "labels", False),
         "service-with-a-platform-label": (service(jobs_ns, {"app.kubernetes.io/part-of": "cloudstation"}), "labels", False),
         "build-pod-of-another-queue": (pod(fresh(build, queue=(other_queues or ["e2e-no-build-queue"])[0])), "queue", False),
+        # Issue 20 re-review: a node's cached copy of another project's image, run without a credential.
+        "pod-with-a-platform-registry-image": (pod(job(jobs_ns, spec={**RESTRICTED_JOB, "containers": [
+            {**container, "image": f"localhost:{config.platform.registry.node_port}/shop/cart@sha256:{'ab' * 32}",
+             "imagePullPolicy": "IfNotPresent"} for container in RESTRICTED_JOB["containers"]]})), "registry-image", False),
     }
     if config.platform.builds.user_namespace:
         without = {k: v for k, v in build.pod_spec.items() if k != "hostUsers"}
@@ -617,7 +623,7 @@ DENIALS = ["pod-in-the-platform-namespace", "pod-in-kube-system", "service-in-th
            "ingress-in-the-platform-namespace", "pod-as-another-account", "build-pod-as-another-account",
            "pod-part-of-the-platform", "pod-with-a-build-label-outside-the-builds-namespace",
            "pod-with-a-platform-subdomain-label", "service-with-a-platform-label", "build-pod-of-another-queue",
-           "build-pod-without-its-own-user-namespace"]
+           "build-pod-without-its-own-user-namespace", "pod-with-a-platform-registry-image"]
 
 
 def resource_of(obj: dict) -> str:

@@ -148,6 +148,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
             job_namespaces=armada.job_namespaces,
             job_service_account=armada.job_service_account,
             **builds.admission(config),
+            **registry_admission(config),
         ),
         pulumi.ResourceOptions(provider=stack.provider, depends_on=job_namespaces),
     )
@@ -209,6 +210,25 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
         "armadactlConfig": armadactl,
         "armadaQueues": queue_names,
     }
+
+
+def registry_admission(config) -> dict:
+    """The ClusterPrerequisitesArgs fields naming the registry entity images come from, whose images no job
+    pod may name (components/armada/cluster.py `registry_image_rule`: a node's cache would serve another
+    project's image without a credential): in every mode the exact `host[:port][/path]` entity pods pull
+    (the name the nodes cache under, an external registry's too); for the registry of this cluster (managed,
+    or the other stack's when shared) also its NodePort and Service."""
+    from infra.delivery import REGISTRY_NAME
+
+    registry = config.platform.registry
+    pull = {"registry_pull_prefix": "/".join(part for part in (registry.pull_host, registry.repository_prefix) if part)}
+    if registry.mode == "external":
+        return pull
+    namespace = config.platform.namespace
+    if registry.mode == "shared" and registry.owner_namespace:
+        namespace = registry.owner_namespace
+    return {"registry_node_port": registry.node_port, "registry_service_hosts": (f"{REGISTRY_NAME}.{namespace}",),
+            **pull}
 
 
 def _namespaces(stack: "StackContext") -> tuple[Namespace, list[Namespace]]:

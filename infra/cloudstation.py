@@ -84,7 +84,7 @@ def deploy(stack: "StackContext") -> dict[str, pulumi.Output]:
 
     # The cluster's operator (this stack's, or the owner's, read from its stack file) gives the
     # entity pods their proxy: each StatefulService names that image (infra/image_pins.py).
-    operator_stack = cluster_sharing.operator_config(config, stack.root)
+    operator_stack = cluster_sharing.operator_config(config, stack.stack_dir)
     common = dict(
         environment=environment,
         stores=platform.stores,

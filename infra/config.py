@@ -744,11 +744,13 @@ def parse_value(raw: Any) -> Any:
 
 def load(
     raw: Mapping[str, Any], *, root: Path | None = None, source: str = "stack config",
-    secret_keys: Optional[Iterable[str]] = None, require_images: bool = True,
+    secret_keys: Optional[Iterable[str]] = None, require_images: bool = True, stack_dir: Path | None = None,
 ) -> StackConfig:
     """Validate the `cloudstation:` keys of a stack's config (full key -> raw value).
 
-    `root` is the directory of Pulumi.yaml; when given, entity source directories must exist.
+    `root` is the directory of Pulumi.yaml; when given, entity source directories must exist, and
+    the stack files in `stack_dir` (default: `root`, where the engine keeps them) that share this
+    stack's cluster or serve it as main stack are checked against it.
     `secret_keys` are the keys set with `secure:` values; when given, a SECRET_KEYS key outside
     them (plain text) is refused. `kubernetes:*` keys are refused (PROVIDER_KEYS); keys of other
     namespaces are left alone. `require_images=False` reads a prod stack for its other settings
@@ -796,17 +798,18 @@ def load(
             # Every entity namespace of the stacks sharing this cluster is watched by its operator.
             from infra import cluster_sharing
 
-            problems.extend(cluster_sharing.problems(config, source, Path(root)))
+            stacks = Path(stack_dir if stack_dir is not None else root)
+            problems.extend(cluster_sharing.problems(config, source, stacks))
             # An Armada worker stack agrees with its main stack's file (infra/armada_workers.py).
             from infra import armada_workers
 
-            problems.extend(armada_workers.problems(config, Path(root)))
+            problems.extend(armada_workers.problems(config, stacks))
         if root is not None:
             # No platform image by tag unless named in platform.images.allowUnpinned, the proxies
             # of this stack's entity pods (its cluster owner's operator names them) included.
             from infra import stack_images
 
-            problems.extend(stack_images.problems(config, Path(root)))
+            problems.extend(stack_images.problems(config, Path(stack_dir if stack_dir is not None else root)))
     except ValidationError as error:
         # A model check may report several problems at once (components/model.py `problems`).
         problems.extend(_describe({**e, "ctx": c}) for e in error.errors() for c in _contexts(e))

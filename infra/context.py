@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components.kept_secret import Cluster
 from infra import config as stack_config
@@ -16,6 +16,17 @@ from infra.engine_paths import from_program
 ROOT = Path(__file__).resolve().parent.parent
 """The directory of Pulumi.yaml; paths in stack config (entity sources, renderYamlToDirectory)
 are relative to it."""
+
+STACK_DIR: Path = ROOT
+"""The directory of the stack files (the engine's: beside Pulumi.yaml). The program reads the other
+stack files there: a cluster owner's (`platform.clusterOwnerStack`), a worker's main stack
+(`remoteScheduler.mainStack`) and every stack naming this one as its owner. Only an offline render
+of stack files kept elsewhere changes it, for the run (cloudstation_tools/render.py
+`render(stack_dir=...)`: the tests' fixture stacks, tests/stacks/)."""
+
+
+def stack_files_dir() -> Path:
+    return STACK_DIR
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,8 @@ class StackContext:
     stack: str
     provider: k8s.Provider
     root: Path = ROOT
+    stack_dir: Path = field(default_factory=stack_files_dir)
+    """Where the other stack files are (STACK_DIR)."""
     cwd: Path = field(default_factory=Path.cwd)
     """The program's working directory, which the engine also starts every provider in
     (Pulumi.yaml's `main`: none, the project root): path inputs are relative to it (infra/engine_paths.py)."""

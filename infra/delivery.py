@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import k8s as kube
 from components.entity_image import DOCKERFILE, EntityImage, EntityImageArgs, content_tag, generated_dockerfile

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components import k8s as kb
 from components.armada.config import LOOKOUT, SCHEDULER

@@ -9,11 +9,12 @@ import gc
 from pathlib import Path
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 from pulumi.runtime.config import CONFIG, get_config_env, get_config_secret_keys_env, is_config_secret
 
 from infra import config as stack_config
 from infra.engine_paths import from_program
+from infra import context
 from infra.context import ROOT, StackContext  # noqa: F401  (re-exported: callers name them here)
 
 
@@ -21,7 +22,8 @@ def read_config() -> stack_config.StackConfig:
     """The stack's config, validated; a bad config stops the program before any resource."""
     raw = {**get_config_env(), **CONFIG.get()}
     try:
-        return stack_config.load(raw, root=ROOT, source=f"Pulumi.{pulumi.get_stack()}.yaml", secret_keys=secret_keys(raw))
+        return stack_config.load(raw, root=ROOT, stack_dir=context.stack_files_dir(),
+                                 source=f"Pulumi.{pulumi.get_stack()}.yaml", secret_keys=secret_keys(raw))
     except stack_config.ConfigError as error:
         raise pulumi.RunError(str(error)) from None
 

@@ -25,4 +25,11 @@ python3 -m venv .venv
 if [ -d entities ] && find entities -name '*.test.mjs' -o -name '*.test.js' | grep -q .; then
   node --test $(find entities -name '*.test.mjs' -o -name '*.test.js' | grep -v node_modules | sort)
 fi
-.venv/bin/python -m pytest -q "$@"
+# Tests in parallel processes (pytest-xdist), a module's tests in one process (its module-scoped
+# fixtures are built once); CLOUDSTATION_TEST_WORKERS=1 runs them in this one.
+workers="${CLOUDSTATION_TEST_WORKERS:-2}"
+if [ "$workers" -gt 1 ]; then
+  .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+else
+  .venv/bin/python -m pytest -q "$@"
+fi

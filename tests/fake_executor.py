@@ -1,10 +1,10 @@
 """A fake Armada executor for the in-cluster builds (docs/builds.md; seam 6 of issue 13's contract): attached
 to a FakeArmada, it plays each submitted build job's pod against a real docker-registry:
 
-1. LEASED: the pod the executor would create (`armada-<job id>-0` in the item's namespace, the item's labels and
-   annotations) must validate strictly as a Pod under every supported Kubernetes version
-   (cloudstation_tools/validate.py) and meet the builds namespace's Pod Security level
-   (cloudstation_tools/checks.py pod_security_violations), else FAILED as the API server's refusal would.
+1. LEASED: the pod the executor would create (`armada-<job id>-0` in the item's namespace) is admitted as it
+   is: admission (the Pod schema, the namespace's Pod Security level, RBAC, the job admission policy) is a
+   real API server's, in the end-to-end tier (e2e/standins.py ClusterExecutor creates each build pod there
+   as the executor's ServiceAccount), which retired this fake's model of it.
 2. PENDING: the context named by `cloudstation.io/build-context` (`<registry host>/[<prefix>/]builds/<project>/
    <entity>@sha256:<hex>`) is fetched from the registry with the build credentials and its sha256 checked.
 3. RUNNING: the tar must be exactly the entity's hashed files (components/entity_image.py context_files) plus
@@ -39,7 +39,6 @@ from typing import Callable, Iterator, Optional, Union
 
 import requests
 
-from cloudstation_tools import checks, validate
 from components import build_job, entity_image
 from tests.fake_armada import TERMINAL, FakeArmada, Job
 
@@ -53,7 +52,6 @@ DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadlin
 TEST_FILE = re.compile(r"\.test\.m?js$")
 CONTEXT_REF = re.compile(r"(?P<host>[^/]+)/(?P<repository>[^@]+)@(?P<digest>sha256:[0-9a-f]{64})")
 IMAGE_REF = re.compile(r"(?P<host>[^/]+)/(?P<repository>[^:@]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 Contexts = Union[dict, Callable[[str, str], tuple[Path, str]]]
 """(project, entity) -> (the entity's source directory, the Dockerfile text it builds with)."""
@@ -72,22 +70,16 @@ class FakeExecutor:
     `armada` from then on. `registry` is a tests/registry_server.py RegistryServer standing for the in-cluster
     registry that pods reach as `registry_host` (the host in the annotations); `credentials` are what the
     build Secret holds (default: the registry's own user), or a function of the name of the Secret the pod
-    mounts as its docker config (each project's own build Secret); `namespace`, when set, is the only namespace a build
-    pod may use; `pod_security` the namespace's enforce level. `builders`: the content tag hashes the pod's
+    mounts as its docker config (each project's own build Secret). `builders`: the content tag hashes the pod's
     builder and fetch images too (components/build_job.py builder_key), as the program's in-cluster tags do
     (infra/builds.py builder; pods here run the pins, no mirror); False for items tagged by content alone."""
 
     def __init__(self, armada: FakeArmada, registry, contexts: Contexts, *, registry_host: str,
-                 pod_security: str = "restricted",
                  credentials: Union[tuple[str, str], Callable[[str], tuple[str, str]], None] = None,
-                 namespace: Optional[str] = None, versions: Optional[list[str]] = None, test_timeout: float = 120.0,
-                 builders: bool = False):
-        if pod_security not in checks.POD_SECURITY_LEVELS:
-            raise ValueError(f"pod_security {pod_security!r}: one of {list(checks.POD_SECURITY_LEVELS)}")
+                 test_timeout: float = 120.0, builders: bool = False):
         self.armada, self.registry, self.contexts = armada, registry, contexts
-        self.registry_host, self.pod_security, self.namespace = registry_host, pod_security, namespace
+        self.registry_host = registry_host
         self.credentials = credentials or (registry.username, registry.password)
-        self.versions = versions or validate.SUPPORTED_VERSIONS
         self.test_timeout = test_timeout
         self.builders = builders
         self.fail: dict[str, str] = {}
@@ -164,23 +156,7 @@ class FakeExecutor:
             self.armada.advance(job.id, "FAILED", reason=reason, container_statuses=statuses, cause=failure.cause)
 
     def _admit(self, job: Job, spec: dict) -> None:
-        namespace = job.item.get("namespace", "")
-        if self.namespace is not None and namespace != self.namespace:
-            raise BuildFailed(f'pods "{job.pod_name}" is forbidden: the executor creates build pods only in '
-                              f'{self.namespace!r}, not {namespace!r}')
-        labels, annotations = job.item.get("labels") or {}, job.item.get("annotations") or {}
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": job.pod_name, "namespace": namespace, "labels": labels, "annotations": annotations},
-               "spec": spec}
-        problems = [p for version in self.versions for p in validate.builtin_errors(pod, version)]
-        problems += [f"metadata.labels.{k}: invalid value {v!r}" for k, v in labels.items()
-                     if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v)]
-        if problems:
-            raise BuildFailed(f'Pod "{job.pod_name}" is invalid: ' + "; ".join(problems))
-        violations = checks.pod_security_violations(job.pod_name, spec, self.pod_security, annotations)
-        if violations:
-            raise BuildFailed(f'pods "{job.pod_name}" is forbidden: violates PodSecurity '
-                              f'"{self.pod_security}:latest": ' + "; ".join(violations))
+        """Where a real API server admits the pod (e2e/standins.py ClusterExecutor); offline, every pod is."""
 
     def _identity(self, job: Job) -> tuple[str, str, str]:
         labels = job.item.get("labels") or {}
@@ -451,8 +427,7 @@ class BuildCluster:
 
 @contextlib.contextmanager
 def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queues=(), users=(),
-                  verbs=("submit",), pod_security: str = "restricted", namespace: Optional[str] = None,
-                  authorization: Optional[str] = None, builders: bool = False) -> Iterator[BuildCluster]:
+                  verbs=("submit",), authorization: Optional[str] = None, builders: bool = False) -> Iterator[BuildCluster]:
     """A docker-registry (tests/registry_server.py, in `workdir`), a FakeArmada whose `queues` give `users` the
     queue `verbs` (submit, watch, cancel; the Queue component grants the build user all three:
     components/armada/queue.py SUBMITTER_VERBS), a FakeExecutor playing the build pods and a FakeBinoculars
@@ -463,6 +438,6 @@ def build_cluster(workdir: Path, contexts: Contexts, *, registry_host: str, queu
         armada.authorization = authorization
         for queue in queues:
             armada.add_queue(queue, **{QUEUE_VERB_ARGUMENT[verb]: users for verb in verbs})
-        with FakeExecutor(armada, registry, contexts, registry_host=registry_host, pod_security=pod_security,
-                          namespace=namespace, builders=builders) as executor, FakeBinoculars(executor, authorization) as binoculars:
+        with FakeExecutor(armada, registry, contexts, registry_host=registry_host,
+                          builders=builders) as executor, FakeBinoculars(executor, authorization) as binoculars:
             yield BuildCluster(armada, executor, registry, binoculars)

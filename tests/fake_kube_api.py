@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import yaml
 
 WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -404,3 +405,14 @@ class _Relay:
                 pass
             target.close()
             reader.join(5)
+
+
+@pytest.fixture(autouse=True)
+def fresh_kube_configurations():
+    """Each test loads its kubeconfig itself (components/kube_tunnel.py caches one load per process);
+    autouse in every module that imports it."""
+    from components import kube_tunnel
+
+    kube_tunnel._configurations.clear()
+    yield
+    kube_tunnel._configurations.clear()

@@ -16,7 +16,6 @@ import pytest
 
 from components.pulsar import JVM_OVERHEAD_MIB, mebibytes
 from cloudstation_tools import checks
-from tests.armada_variants import config_of
 from tests.conftest import objects
 
 CPU_BUDGET = 1.0
@@ -55,7 +54,8 @@ def pods(obj: dict) -> int:
 
 
 def armada_workloads(rendered) -> list[dict]:
-    namespace = config_of(rendered).platform.armada.namespace
+    # The namespace of its server (the example's renders have no fixture config to ask).
+    [namespace] = {o["metadata"]["namespace"] for o in objects(rendered, "Deployment") if o["metadata"]["name"] == "armada-server"}
     return [
         o for o in objects(rendered)
         if o["kind"] in checks.WORKLOAD_KINDS and o["metadata"].get("namespace") == namespace
@@ -71,9 +71,10 @@ def share(rendered) -> tuple[float, float]:
     return total_cpu, total_memory
 
 
-@pytest.fixture
-def test_stack(rendered_stacks):
-    return rendered_stacks["test"]
+@pytest.fixture(params=["rendered_stacks", pytest.param("example_rendered", marks=pytest.mark.example_stacks)])
+def test_stack(request):
+    """The base fixture's test stack (the example's Armada section), and the example's own."""
+    return request.getfixturevalue(request.param)["test"]
 
 
 def test_armada_share_of_the_test_stack_fits_a_developers_cluster(test_stack):

@@ -16,7 +16,7 @@ from components.armada.queue import (
 from components.armada.queue_api import QueueApiError, QueueClient, QueueExists
 from infra import config as stack_config
 from cloudstation_tools.mocks import is_wrapped_secret
-from tests.armada_variants import config_of
+from tests.stacks import config_of
 from tests.conftest import create_in_provider_process
 from tests.fake_armada import FakeArmada
 

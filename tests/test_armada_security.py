@@ -25,7 +25,7 @@ from components.armada.config import SERVER, SCHEDULER, executor_name
 from components.armada.settings import ArmadaConfig
 from infra import config as stack_config
 from cloudstation_tools import validate
-from tests.armada_variants import config_of
+from tests.stacks import config_of
 from tests.conftest import find, objects, pod_spec
 from tests.test_armada_config import load, minimal_stack, recorded
 
@@ -59,7 +59,10 @@ def evaluate(expression: str, request: dict, obj: dict) -> bool:
 def admitted(policy: dict, request: dict, obj: dict) -> bool:
     """What the API server decides for a policy bound with validationActions [Deny]: not matched
     (matchConstraints, matchConditions) -> admitted; matched -> every validation must hold."""
-    resource = (request["resource"]["group"], request["resource"]["resource"], request["operation"])
+    # A subresource request (e.g. `kubectl debug`: pods/ephemeralcontainers, whose object is the Pod)
+    # matches only a rule naming `<resource>/<subresource>` (admissionregistration/v1 Rule.resources).
+    name = request["resource"]["resource"] + (f"/{request['subResource']}" if request.get("subResource") else "")
+    resource = (request["resource"]["group"], name, request["operation"])
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     if not any(g in r["apiGroups"] and res in r["resources"] and op in r["operations"]
                for r in rules for g, res, op in [resource]):
@@ -69,14 +72,20 @@ def admitted(policy: dict, request: dict, obj: dict) -> bool:
     return all(evaluate(v["expression"], request, obj) for v in policy["spec"]["validations"])
 
 
-def admission_request(user: str, namespace: str, kind: str = "Pod", operation: str = "CREATE") -> dict:
+def admission_request(user: str, namespace: str, kind: str = "Pod", operation: str = "CREATE",
+                      sub_resource: str = "") -> dict:
     group, resource = {"Pod": ("", "pods"), "Service": ("", "services"), "Ingress": ("networking.k8s.io", "ingresses")}[kind]
-    return {
+    request = {
         "kind": {"group": group, "version": "v1", "kind": kind},
         "resource": {"group": group, "version": "v1", "resource": resource},
         "namespace": namespace, "operation": operation,
         "userInfo": {"username": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]},
     }
+    if sub_resource:
+        # The subresource's kind is the parent's: pods/ephemeralcontainers is a Pod (kubernetes
+        # pkg/registry/core/pod/storage EphemeralContainersREST), so `object` is the whole Pod.
+        request["subResource"] = sub_resource
+    return request
 
 
 def job_pod(namespace: str, service_account: str = "default", labels: dict | None = None, **spec) -> dict:
@@ -100,10 +109,11 @@ def test_every_expression_of_the_policy_compiles(rendered):
     policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
     expressions = [c["expression"] for c in policy["spec"]["matchConditions"]]
     expressions += [v["expression"] for v in policy["spec"]["validations"]]
-    # With a builds namespace: only the build queues' jobs run there, (platform.builds.userNamespace)
-    # only in their own user namespace, each with its own project's build Secret only (infra/builds.py admission).
+    # The executors, the namespaces, the account, the labels, no platform registry image or image ID; with a
+    # builds namespace: only the build queues' jobs run there, (platform.builds.userNamespace) only in their
+    # own user namespace, each with its own project's build Secret only (infra/builds.py admission).
     builds = bool(rendered.of_type("cloudstation:builds:BuildsNamespace"))
-    assert len(expressions) == 4 + 2 * builds + (builds and config_of(rendered).platform.builds.user_namespace)
+    assert len(expressions) == 5 + 2 * builds + (builds and config_of(rendered).platform.builds.user_namespace)
     for expression in expressions:
         compile_cel(expression)
     with pytest.raises(celpy.CELParseError):  # the check can fail
@@ -154,8 +164,10 @@ def test_every_expression_type_checks_against_every_kind_it_matches(rendered):
     end-to-end tier reads the real status (e2e/test_security.py); this is its offline counterpart,
     seen failing on `object.spec.serviceAccountName` and `object.spec.hostUsers`."""
     policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    # Subresources (pods/ephemeralcontainers) are not type-checked on their own (typechecking.go
+    # `extractResources` skips any resource with a "/"): their object is the parent's kind.
     kinds = [MATCHED_KINDS[(group, resource)] for rule in policy["spec"]["matchConstraints"]["resourceRules"]
-             for group in rule["apiGroups"] for resource in rule["resources"]]
+             for group in rule["apiGroups"] for resource in rule["resources"] if "/" not in resource]
     assert sorted(kinds) == sorted(MATCHED_KINDS.values())
     for version in validate.SUPPORTED_VERSIONS:
         definitions = schema_definitions(version)

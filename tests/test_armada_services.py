@@ -1,5 +1,5 @@
 """Armada on the rendered graph of every stack that runs one (the test stack file, and prod on a
-cluster of its own: tests/armada_variants.py) and of one more variant: services, wiring read back
+cluster of its own: tests/stacks/) and of one more variant: services, wiring read back
 from the rendered ConfigMaps, start order, pruning, cluster prerequisites and outputs. The prod
 stack file shares the test stack's cluster and so runs no Armada (one per cluster)."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ from components.armada.config import CONFIG_FILE, CONFIG_PATH, key_paths
 from components.armada.service import checksum
 from components import network
 from cloudstation_tools import checks, validate
-from cloudstation_tools.render import StackFile, render
 from infra.versions import ARMADA, IMAGES, tag_of
 from tests import unpinned
-from tests.armada_variants import OWN_CLUSTER, config_of, variant as armada_variant
+from tests.stacks import OWN_CLUSTER, config_of, rendered as armada_variant
 from tests.conftest import find, objects, pod_spec, standard_violations
 from tests.test_armada_config import allowed_absent, default_keys
+from tests import stacks
 
 SERVICES = {
     # Deployment name -> image key in infra/versions.py
@@ -407,7 +407,7 @@ def test_outputs(rendered):
 
 @pytest.fixture(scope="module")
 def variant():
-    stack_file = StackFile.read("test")
+    stack_file = stacks.read("test")
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform["armada"].update(
         {
@@ -421,7 +421,7 @@ def variant():
     )
     # Binoculars' pin has no digest record yet: named in the opt-out, as a lab cluster does.
     stack_file.values["cloudstation:platform"] = json.dumps(unpinned.opt_out(platform))
-    return render("test", stack_file=stack_file)
+    return stacks.render("test", stack_file=stack_file)
 
 
 def test_variant_one_executor_per_entry_and_binoculars(variant):

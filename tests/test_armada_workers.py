@@ -9,10 +9,7 @@ main's scheduler has, with the group it grants `execute_jobs`, in a pool it sche
 """
 from __future__ import annotations
 
-import copy
-import functools
 import json
-import re
 
 import pytest
 import yaml
@@ -25,57 +22,42 @@ from infra import armada_workers, config as stack_config
 from tests import unpinned
 from tests.conftest import ROOT, find, objects, standard_violations
 from tests.test_armada_config import default_keys
+from tests import stacks
 
 ARMADA_DOC = ROOT / "docs" / "armada.md"
-MAIN_EXAMPLE = "# Pulumi.test.yaml, the main stack of a worker cluster"
-WORKER_EXAMPLE = "# Pulumi.gpu.yaml, an Armada worker stack"
-WORKER_STACK = "gpu"
-PLATFORM = "cloudstation:platform"
+MAIN_EXAMPLE = stacks.MAIN_EXAMPLE
+WORKER_EXAMPLE = stacks.WORKER_EXAMPLE
+WORKER_STACK = stacks.WORKER
+PLATFORM = stacks.PLATFORM
 
 
 def example(first_line: str) -> dict:
     """The docs/armada.md YAML block that starts with `first_line`: stack-file keys and values."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", ARMADA_DOC.read_text(encoding="utf-8"), flags=re.S | re.M)
-    [block] = [b for b in blocks if b.startswith(first_line)]
-    return yaml.safe_load(block)
+    return stacks.doc_example(first_line)
 
 
 def main_values() -> tuple[dict, list[str]]:
-    """Pulumi.test.yaml with the main example's keys added to its `platform.armada` section, as
-    the docs say; the engine's view (JSON strings, fake secure values)."""
-    stack_file = render.StackFile.read("test")
-    values = copy.deepcopy(stack_file.values)
-    platform = json.loads(values[PLATFORM])
-    platform["armada"] = {**platform["armada"], **example(MAIN_EXAMPLE)[PLATFORM]["armada"]}
-    values[PLATFORM] = json.dumps(platform)
-    return values, list(stack_file.secret_keys)
+    """The base test stack with the main example's keys added to its `platform.armada` section, as
+    the docs say (the fixture `workers-main`, tests/stacks/); the engine's view (JSON strings, fake
+    secure values)."""
+    stack_file = stacks.stack_file(stacks.WORKERS_MAIN)
+    return stack_file.values, list(stack_file.secret_keys)
 
 
 def worker_values(document: dict | None = None) -> tuple[dict, list[str]]:
-    """The worker example as its own stack file, read as the engine passes it."""
-    document = example(WORKER_EXAMPLE) if document is None else document
-    if isinstance(document.get(PLATFORM), dict):  # the executor's pin has no digest record yet: a lab cluster's opt-out
-        document = {**document, PLATFORM: unpinned.opt_out(document[PLATFORM])}
-    values, secret_keys = {}, []
-    for key, value in document.items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            values[key] = f"fake-secret-for-{key}"
-            secret_keys.append(key)
-        else:
-            values[key] = value if isinstance(value, str) else json.dumps(value)
-    return values, secret_keys
+    """The worker example as its own stack file (the fixture `gpu`), read as the engine passes it; its
+    executor's pin has no digest record yet: a lab cluster's opt-out (tests/stacks/ `worker_document`)."""
+    stack_file = (stacks.stack_file(stacks.WORKER) if document is None
+                  else stacks.as_stack_file(stacks.worker_document(document)))
+    return stack_file.values, list(stack_file.secret_keys)
 
 
-@functools.lru_cache(maxsize=None)
 def pair() -> tuple[render.Rendered, render.Rendered]:
-    main = render.render("test", stack_file=render.StackFile(*main_values()))
-    worker = render.render(WORKER_STACK, stack_file=render.StackFile(*worker_values()))
-    return main, worker
+    return stacks.rendered(stacks.WORKERS_MAIN), stacks.rendered(stacks.WORKER)
 
 
 def configs() -> tuple[stack_config.StackConfig, stack_config.StackConfig]:
-    return (stack_config.load(main_values()[0], root=ROOT, secret_keys=main_values()[1]),
-            stack_config.load(worker_values()[0], root=ROOT, secret_keys=worker_values()[1]))
+    return stacks.config(stacks.WORKERS_MAIN), stacks.config(stacks.WORKER)
 
 
 def armada_config(rendered: render.Rendered, name: str) -> dict:
@@ -291,7 +273,7 @@ def test_generated_keys_are_armadas_own():
 
 def refused(values: dict, secret_keys: list[str]) -> str:
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_config.load(values, root=ROOT, secret_keys=secret_keys)
+        stacks.load(values, secret_keys=secret_keys)
     return str(error.value)
 
 
@@ -352,7 +334,7 @@ def test_the_main_stack_refuses_inconsistent_workers():
 
 
 def test_a_full_stack_still_needs_projects():
-    values, secret_keys = render.StackFile.read("test").values, render.StackFile.read("test").secret_keys
+    values, secret_keys = stacks.read("test").values, stacks.read("test").secret_keys
     values = {**values, "cloudstation:projects": "[]"}
     assert "cloudstation:projects: [] — list should have at least 1 item" in refused(values, secret_keys)
     assert "cloudstation:projects: missing — this key is required" in refused(
@@ -362,12 +344,12 @@ def test_a_full_stack_still_needs_projects():
 # --- the worker stack checked against its main stack's file -----------------------------------------
 
 
-def worker_config_with(change=None, root=None) -> stack_config.StackConfig:
+def worker_config_with(change=None, root=None, stack_dir=None) -> stack_config.StackConfig:
     document = example(WORKER_EXAMPLE)
     if change is not None:
         change(document)
     values, secret_keys = worker_values(document)
-    return stack_config.load(values, secret_keys=secret_keys, root=root)
+    return stack_config.load(values, secret_keys=secret_keys, root=root, stack_dir=stack_dir)
 
 
 def test_the_pair_agrees_and_each_disagreement_is_named():
@@ -404,6 +386,8 @@ def test_main_stack_names_a_stack_file_beside_this_one(tmp_path):
         document[PLATFORM]["armada"]["executors"][0]["pool"] = "default"
     [found] = armada_workers.problems(worker_config_with(wrong_pool), tmp_path)
     assert found.startswith("cloudstation:platform.armada.executors[0].pool: 'default'")
-    # The program's own load runs the check (with the repository root, as the program does).
+    # The program's own load runs the check (with the repository root, as the program does; the
+    # stack files beside it are the fixtures').
     with pytest.raises(stack_config.ConfigError, match=r"remoteScheduler.mainStack: 'elsewhere' — no stack file"):
-        worker_config_with(lambda d: d[PLATFORM]["armada"]["remoteScheduler"].update(mainStack="elsewhere"), root=ROOT)
+        worker_config_with(lambda d: d[PLATFORM]["armada"]["remoteScheduler"].update(mainStack="elsewhere"), root=ROOT,
+                           stack_dir=stacks.DIR)

@@ -2,15 +2,14 @@
 workload that runs more than one pod, leader election for a replicated Armada scheduler, no second
 executor pod, and probes on the Armada ingesters.
 
-Checked on the repository's stack files, on prod on a cluster of its own (docs/armada.md's example,
-two server and Lookout pods) and on `replicated`: the test stack file with two pods of every Armada
-service (binoculars on), of the `cart` entity, and of the project's store, switched to a managed
-Cassandra. Expectations are derived from the rendered objects: which workloads run more than one
+Checked on the fixture stacks (tests/stacks/): the base pair, prod on a cluster of its own
+(docs/armada.md's example, two server and Lookout pods) and `replicated`: the base test stack with two
+pods of every Armada service (binoculars on), of the `cart` entity, and of the projects' store, a
+managed Cassandra. Expectations are derived from the rendered objects: which workloads run more than one
 pod, which pods a budget selects, which ports a container declares.
 """
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
@@ -24,16 +23,15 @@ from components.project_environment import SERVICE_LABEL
 from cloudstation_tools import checks, engine, render, validate
 from infra import config as stack_config
 from policy import rules
-from tests import armada_variants, cloudstate_variants, test_standards, unpinned
+from tests import stacks, test_standards, unpinned
 from tests.conftest import find, objects, standard_violations
 from tests.test_armada_config import load
 from tests.test_network_policies import API_SERVER, Address, cluster_of
 from tests.test_policy import check_resource
 
-ARMADA_SERVICES = ("server", "scheduler", "schedulerIngester", "lookout", "lookoutIngester", "eventIngester",
-                   "binoculars")
+ARMADA_SERVICES = stacks.REPLICATED_SERVICES
 """The keys of `platform.armada` whose `replicas` scale a service (every one but `executors`)."""
-REPLICATED_ENTITY = "cart"
+REPLICATED_ENTITY = stacks.REPLICATED_ENTITY
 INGESTERS = ("armada-scheduler-ingester", "armada-lookout-ingester", "armada-event-ingester")
 LEADER_CONFIG_FIELDS = {"mode", "leaselockname", "leaselocknamespace", "leaseduration", "renewdeadline", "retryperiod",
                         "podname", "leaderconnection"}
@@ -44,44 +42,21 @@ JITTER_FACTOR = 1.2
 """client-go tools/leaderelection/leaderelection.go JitterFactor (NewLeaderElector's check)."""
 
 
-def _replicated_platform(platform: dict) -> dict:
-    armada = dict(platform["armada"])
-    for key in ARMADA_SERVICES:
-        armada[key] = {**armada.get(key, {}), "replicas": 2}
-    armada["binoculars"]["enabled"] = True
-    stores = {**platform.get("stores", {}), "cassandra": {"mode": "managed", "replicas": 2}}
-    return unpinned.opt_out({**platform, "armada": armada, "stores": stores})  # Binoculars: no digest recorded
-
-
-def _replicated_projects(projects: list) -> list:
-    return [
-        {**project, "store": "cassandra",
-         "entities": [{**e, "replicas": 2} if e["name"] == REPLICATED_ENTITY else e for e in project["entities"]]}
-        for project in projects
-    ]
-
-
-@functools.lru_cache(maxsize=None)
 def replicated_stack() -> render.StackFile:
-    return cloudstate_variants.edited("test", platform=_replicated_platform, projects=_replicated_projects)
+    return stacks.stack_file(stacks.REPLICATED)
 
 
-@functools.lru_cache(maxsize=None)
 def replicated() -> render.Rendered:
-    return render.render("test", stack_file=replicated_stack())
+    return stacks.rendered(stacks.REPLICATED)
 
 
 def replicated_config() -> stack_config.StackConfig:
-    return stack_config.load(replicated_stack().values, root=armada_variants.ROOT)
+    return stacks.config(stacks.REPLICATED)
 
 
-@pytest.fixture(params=["test", "prod", armada_variants.OWN_CLUSTER, "replicated"])
-def any_stack(request, rendered_stacks) -> render.Rendered:
-    if request.param == "replicated":
-        return replicated()
-    if request.param in rendered_stacks:
-        return rendered_stacks[request.param]
-    return armada_variants.variant(request.param)
+@pytest.fixture(params=["test", "prod", stacks.OWN_CLUSTER, "replicated"])
+def any_stack(request) -> render.Rendered:
+    return stacks.rendered(request.param)
 
 
 # --- what runs more than one pod -----------------------------------------------------------------
@@ -144,9 +119,11 @@ def test_budgets_exist_exactly_for_the_workloads_of_more_than_one_pod(any_stack)
     assert sorted(entities) == sorted(replicated_entities(any_stack))
 
 
-def test_the_example_stacks_keep_one_pod_of_everything(rendered_stacks):
-    # The cluster-fit budgets (tests/test_cluster_fit.py, tests/test_armada_fit.py) count one pod each.
-    for rendered in rendered_stacks.values():
+@pytest.mark.parametrize("pair", ["rendered_stacks", pytest.param("example_rendered", marks=pytest.mark.example_stacks)])
+def test_the_example_stacks_keep_one_pod_of_everything(request, pair):
+    # The example's cluster budgets (tests/test_cluster_fit.py, tests/test_armada_fit.py) are for one
+    # pod of everything; the base fixture pair too (`replicated` is the fixture with more).
+    for rendered in request.getfixturevalue(pair).values():
         assert multi_pod_workloads(rendered) == [] and replicated_entities(rendered) == {}
         assert objects(rendered, "PodDisruptionBudget") == []
 
@@ -163,7 +140,10 @@ def test_the_replicated_variant_replicates_what_it_says():
         if name.startswith("armada-") and name not in ("armada-postgres", "armada-redis", "armada-pulsar"):
             assert deployment["spec"]["replicas"] == expected, name
     assert {k: getattr(armada, _field(k)).replicas for k in ARMADA_SERVICES} == {k: 2 for k in ARMADA_SERVICES}
-    assert len(multi_pod_workloads(rendered)) == len(ARMADA_SERVICES) + 1  # and the Cassandra StatefulSet
+    # and the Cassandra StatefulSet of each project with a store (every project is on Cassandra there)
+    stores = [p for p in replicated_config().projects if any(e.kind.needs_store for e in p.entities)]
+    assert len(stores) > 1 and {p.store for p in stores} == {"cassandra"}
+    assert len(multi_pod_workloads(rendered)) == len(ARMADA_SERVICES) + len(stores)
     assert list(replicated_entities(rendered).values()) == [2]
     # The registry runs one pod (filesystem storage on a ReadWriteOnce claim): no budget.
     assert all(w["spec"].get("replicas", 1) == 1 for w in pod_workloads(rendered) if "registry" in w["metadata"]["name"])
@@ -237,7 +217,7 @@ def test_a_budget_changes_in_place():
 
 
 def config_of(rendered) -> stack_config.StackConfig:
-    return replicated_config() if rendered is replicated() else armada_variants.config_of(rendered)
+    return replicated_config() if rendered is replicated() else stacks.config_of(rendered)
 
 
 def scheduler_objects(rendered) -> tuple[str, dict, dict]:

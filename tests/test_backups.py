@@ -39,9 +39,9 @@ from infra import versions
 from cloudstation_tools import checks, engine, render
 from infra.config import ConfigError, load
 from cloudstation_tools.mocks import is_wrapped_secret
-from tests import cloudstate_variants, promoted
-from tests.cloudstate_variants import edited
-from tests.conftest import objects, pod_spec, standard_violations
+from tests import stacks
+from tests.stacks import edited
+from tests.conftest import objects, pod_spec, standard_violations, validation_problems
 from tests.test_network_policies import INTERNET, Address, cluster_of
 from tests.test_policy import RESOURCE_POLICIES, check_resource
 
@@ -61,7 +61,7 @@ def backups_setting(stack: str) -> backup.BackupSettings:
     """`platform.stores.backups` of a stack file (prod as promoted), or of the S3 variant."""
     if stack == "s3":
         return backup.BackupSettings.model_validate(S3_SETTINGS)
-    return promoted.validate_config(stack).platform.stores.backups
+    return stacks.validate_config(stack).platform.stores.backups
 
 
 def managed_servers(rendered) -> list[dict]:
@@ -102,7 +102,7 @@ def s3_stack_file() -> render.StackFile:
 @pytest.fixture(scope="module")
 def s3_stack() -> render.Rendered:
     """The test stack with its backups in S3 (an AWS endpoint reached at its CIDR)."""
-    return render.render("test", stack_file=s3_stack_file())
+    return stacks.render("test", stack_file=s3_stack_file())
 
 
 # --- a real PostgreSQL ---------------------------------------------------------------------------
@@ -580,8 +580,8 @@ def test_s3_credentials_are_copied_from_the_named_secret_never_config(s3_stack):
 
 
 def test_backup_pods_reach_their_server_and_the_bucket_only(rendered_stacks, s3_stack):
-    for stacks in (rendered_stacks, {"s3": s3_stack}):
-        cluster = cluster_of(stacks)
+    for pair in (rendered_stacks, {"s3": s3_stack}):
+        cluster = cluster_of(pair)
         pods = [p for p in cluster.pods if p.labels.get("app.kubernetes.io/component")
                 in (backup.BACKUP_COMPONENT, backup.RESTORE_COMPONENT)]
         assert pods
@@ -596,12 +596,12 @@ def test_backup_pods_reach_their_server_and_the_bucket_only(rendered_stacks, s3_
                 if other.namespace != pod.namespace and other.labels.get("app.kubernetes.io/component") == "database":
                     assert not cluster.allowed(pod, other, 5432), (pod.name, other.name)
             in_bucket_range = Address(str(next(ipaddress.ip_network(S3_CIDR).hosts())))
-            assert cluster.allowed(pod, in_bucket_range, 443) == (stacks.get("s3") is s3_stack), pod.name
+            assert cluster.allowed(pod, in_bucket_range, 443) == (pair.get("s3") is s3_stack), pod.name
             assert not cluster.allowed(pod, in_bucket_range, 80), pod.name
 
 
 def test_backups_of_the_variants_validate_against_the_schemas(s3_stack):
-    assert cloudstate_variants.validation_problems(s3_stack) == []
+    assert validation_problems(s3_stack) == []
     assert standard_violations(s3_stack.manifests()) == []
 
 
@@ -634,10 +634,10 @@ def test_cron_jobs_are_not_awaited_and_the_claim_is_ready_while_it_waits_for_its
 
 def test_external_and_disabled_stores_get_no_backups():
     """An external server's backups are its owner's; `enabled: false` turns them off."""
-    external = cloudstate_variants.variant("non-owner")  # external PostgreSQL, Cassandra projects, no Armada
+    external = stacks.rendered("non-owner")  # external PostgreSQL, Cassandra projects, no Armada
     assert managed_servers(external) == []
     assert [o for o in objects(external, "CronJob")] == []
-    off = render.render("prod", stack_file=edited(
+    off = stacks.render("prod", stack_file=edited(
         "prod", platform=lambda p: {**p, "stores": {**p.get("stores", {}), "backups": {"enabled": False}}}))
     assert managed_servers(off) and [o for o in objects(off, "CronJob")] == []
 

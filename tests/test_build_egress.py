@@ -24,7 +24,7 @@ from components import build_job, builds_namespace
 from infra import config as stack_config
 from infra import public_egress
 from policy import rules
-from tests import cloudstate_variants, promoted
+from tests import stacks
 from tests.conftest import ROOT, objects
 from tests.test_network_policies import API_SERVER, INTERNET, SERVICE_IP, Address, Pod, cluster_of
 from tests.test_policy import check_resource, network_policy
@@ -37,7 +37,7 @@ KEY = "cloudstation:platform.builds.publicEgress.enabled"
 
 
 def load(values: dict) -> stack_config.StackConfig:
-    return stack_config.load(values, root=ROOT)
+    return stacks.load(values)
 
 
 def edited_test_stack(builds: Optional[dict] = None, **platform) -> dict[str, str]:
@@ -49,7 +49,7 @@ def edited_test_stack(builds: Optional[dict] = None, **platform) -> dict[str, st
             new["builds"] = builds
         return {**new, **platform}
 
-    return cloudstate_variants.edited("test", platform=edit).values
+    return stacks.edited("test", platform=edit).values
 
 
 
@@ -89,7 +89,7 @@ def api_server_accepts(block: dict) -> list[str]:
 
 def test_the_opted_in_stack_renders_exactly_the_public_rule_in_the_builds_namespace_only(rendered_stacks):
     rendered = rendered_stacks["test"]
-    config = load(promoted.read("test").values)
+    config = load(stacks.read("test").values)
     settings = config.platform.builds.public_egress
     assert settings.enabled, "the test stack file opts in (Pulumi.test.yaml, platform.builds.publicEgress)"
     namespace = config.platform.builds_namespace
@@ -127,7 +127,7 @@ def test_a_build_pod_reaches_public_https_and_nothing_private(rendered_stacks):
     pod gains anything from the opt-in."""
     rendered = rendered_stacks["test"]
     cluster = cluster_of(rendered_stacks)
-    namespace = load(promoted.read("test").values).platform.builds_namespace
+    namespace = load(stacks.read("test").values).platform.builds_namespace
     build = Pod(namespace, "armada-01abc-0", {builds_namespace.BUILD_POD_LABEL: "01abc", "armada_queue_id": "shop-builds"})
     cluster.pods.append(build)
     assert cluster.allowed(build, Address(INTERNET), 443)
@@ -158,10 +158,10 @@ def public_stack_render() -> render.Rendered:
     values = edited_test_stack(
         builds={"publicEgress": {"enabled": True, "ports": [443, 80], "exceptCidrs": ["198.51.100.128/25"]}},
         kubernetesApi={"cidrs": ["203.0.113.10/32", "2001:db8:10::/64"]},
-        registry={**json.loads(promoted.read("test").values["cloudstation:platform"])["registry"],
+        registry={**json.loads(stacks.read("test").values["cloudstation:platform"])["registry"],
                   "nodeCidrs": ["203.0.113.0/28"]},
     )
-    return render.render("test", stack_file=render.StackFile(values=values, secret_keys=promoted.read("test").secret_keys))
+    return stacks.render("test", stack_file=render.StackFile(values=values, secret_keys=stacks.read("test").secret_keys))
 
 
 def test_the_rule_also_excepts_every_block_the_stack_names_and_takes_the_asked_ports():
@@ -226,7 +226,7 @@ MIRRORS = [
 @functools.lru_cache(maxsize=None)
 def mirrors_render() -> render.Rendered:
     values = edited_test_stack(builds={"egress": MIRRORS, "registryMirrors": ["nexus.example.com:8443/dockerhub"]})
-    return render.render("test", stack_file=render.StackFile(values=values, secret_keys=promoted.read("test").secret_keys))
+    return stacks.render("test", stack_file=render.StackFile(values=values, secret_keys=stacks.read("test").secret_keys))
 
 
 def test_declared_egress_alone_is_accepted_and_opens_no_public_address():
@@ -243,7 +243,7 @@ def test_declared_egress_alone_is_accepted_and_opens_no_public_address():
 
 def test_local_mode_and_prod_need_no_opt_in():
     assert load(edited_test_stack(builds={"mode": "local"})).platform.build_mode == "local"
-    prod = promoted.read("prod").values
+    prod = stacks.read("prod").values
     assert "builds" not in json.loads(prod["cloudstation:platform"])
     load(prod)
     platform = json.loads(prod["cloudstation:platform"])
@@ -289,9 +289,9 @@ BUILDS_NS = public_egress.builds_namespace(public_egress.DEFAULT_PLATFORM_NAMESP
 @pytest.fixture
 def opted_in(monkeypatch):
     """The policy pack runs for the test stack file (its config as the engine passes it)."""
-    monkeypatch.setenv("PULUMI_CONFIG", json.dumps(promoted.read("test").values))
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps(stacks.read("test").values))
     monkeypatch.setenv("PULUMI_STACK", "test")
-    assert public_egress.opt_in(promoted.read("test").values, "test") == public_egress.OptIn(BUILDS_NS, (443,))
+    assert public_egress.opt_in(stacks.read("test").values, "test") == public_egress.OptIn(BUILDS_NS, (443,))
 
 
 def pack(spec: dict, namespace: str = BUILDS_NS, name: str = public_egress.POLICY) -> list[str]:
@@ -324,13 +324,13 @@ def test_the_pack_accepts_the_opted_in_rule_only_where_it_belongs(opted_in):
 
 
 def test_the_pack_refuses_the_rule_without_the_opt_in(monkeypatch):
-    for stack, values in (("test", edited_test_stack(builds={"egress": MIRRORS})), ("prod", promoted.read("prod").values),
+    for stack, values in (("test", edited_test_stack(builds={"egress": MIRRORS})), ("prod", stacks.read("prod").values),
                           ("test", edited_test_stack(builds={"publicEgress": {"enabled": False}, "mode": "local"}))):
         monkeypatch.setenv("PULUMI_CONFIG", json.dumps(values))
         monkeypatch.setenv("PULUMI_STACK", stack)
         assert pack(egress_spec(public_rule())), stack
     # A prod stack's config saying it anyway (config validation refuses it first) opens nothing either.
-    platform = json.loads(promoted.read("prod").values["cloudstation:platform"])
+    platform = json.loads(stacks.read("prod").values["cloudstation:platform"])
     assert public_egress.opt_in({"cloudstation:platform": json.dumps(
         {**platform, "builds": {"publicEgress": {"enabled": True}}})}, "prod") is None
 

@@ -23,9 +23,9 @@ from components.armada.queue import OWNER_VERBS, SUBMITTER_VERBS, project_queue_
 from components.armada.auth import BUILDS_USER
 from components.entity_build import BuildFailed, EntityBuildProvider, job_item_of
 from infra import builds, config as stack_config, versions
-from tests import fake_armada
-from tests.armada_variants import config_of
-from tests.conftest import ROOT, find
+from tests import fake_armada, stacks
+from tests.stacks import config_of
+from tests.conftest import find
 from tests.test_armada_security import admission_request, admitted
 from tests.test_entity_build import (  # noqa: F401 (logged is a fixture)
     ARMADA_AUTH, JOB_SET, QUEUE, SUBMITTER, armada_with, basic, failing, hanging, logged, make_context, props_for,
@@ -38,7 +38,7 @@ MIRROR = "mirror.example:5000/hub"
 
 def stack_values(change) -> tuple[dict, list[str]]:
     """Pulumi.test.yaml as the engine passes it, with `change(platform)` applied."""
-    stack_file = render.StackFile.read("test")
+    stack_file = stacks.read("test")
     values = copy.deepcopy(stack_file.values)
     platform = json.loads(values[PLATFORM])
     change(platform)
@@ -53,7 +53,7 @@ def builds_of(rendered: render.Rendered) -> list:
 @functools.lru_cache(maxsize=None)
 def mirrored() -> render.Rendered:
     values, secret_keys = stack_values(lambda p: p.update(imageMirror=MIRROR))
-    return render.render("test", ROOT, stack_file=render.StackFile(values, secret_keys))
+    return stacks.render("test", stack_file=render.StackFile(values, secret_keys))
 
 
 # --- A: platform.imageMirror reaches the build pods --------------------------------------------------
@@ -116,7 +116,7 @@ EXECUTOR_API = {"host": "armada.example.com", "serviceType": "LoadBalancer", "tl
 
 def load(values_and_secret_keys: tuple[dict, list[str]]) -> stack_config.StackConfig:
     values, secret_keys = values_and_secret_keys
-    return stack_config.load(values, root=ROOT, secret_keys=secret_keys)
+    return stacks.load(values, secret_keys=secret_keys)
 
 
 def with_workers(platform: dict, mode=None) -> None:
@@ -509,3 +509,270 @@ def test_both_containers_report_their_log_tail_when_they_fail(rendered_stacks):
         spec = job_item_of(build.inputs)["podSpec"]
         for container in [*spec["initContainers"], *spec["containers"]]:
             assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", (build.name, container["name"])
+
+
+# --- H: a job pod cannot run another tenant's image from a node's cache (issue 20, re-review) --------------
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def job_namespace_pod(rendered: render.Rendered, **spec) -> tuple[dict, dict]:
+    """(admission request, pod) of an Armada user's job (queue `research`) in the first job namespace
+    that is not the builds namespace, as the executor creates it."""
+    config = config_of(rendered)
+    armada = config.platform.armada
+    [namespace] = [n for n in armada.job_namespaces if n != config.platform.builds_namespace][:1]
+    executor = service_account_user(armada.namespace, executor_name(armada.executors[0]))
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "armada-01abc-0", "namespace": namespace,
+                        "labels": {"armada_job_id": "01abc", "armada_queue_id": "research"}},
+           "spec": {"serviceAccountName": armada.job_service_account,
+                    "containers": [{"name": "job", "image": "busybox:1.36"}], **spec}}
+    return admission_request(executor, namespace), pod
+
+
+def platform_registry_images(rendered: render.Rendered) -> list[str]:
+    """The names the nodes cache the stack's registry's images under (and the loopback and Service forms
+    of it the policy knows), and image IDs."""
+    from infra.delivery import REGISTRY_NAME
+
+    config = config_of(rendered)
+    port, namespace = config.platform.registry.node_port, config.platform.namespace
+    service = f"{REGISTRY_NAME}.{namespace}"
+    return [
+        f"localhost:{port}/shop/cart@{DIGEST}",  # what entity pods pull: the nodes hold it under this name
+        f"localhost:{port}/shop/cart:0123456789abcdef0123456789abcdef@{DIGEST}",
+        f"localhost:{port}/shop/cart:0123456789abcdef0123456789abcdef",  # a tag defaults to IfNotPresent
+        f"LocalHost:{port}/platform/project-state@{DIGEST}",
+        f"127.0.0.1:{port}/shop/cart@{DIGEST}",
+        f"127.0.0.2:{port}/shop/cart@{DIGEST}",  # kube-proxy's NodePort answers on all of 127/8
+        f"[::1]:{port}/shop/cart@{DIGEST}",
+        f"localhost:0{port}/shop/cart@{DIGEST}",
+        f"{service}:5000/shop/cart@{DIGEST}",  # the Service, where build pods push
+        f"{service}.svc:5000/shop/cart@{DIGEST}",
+        f"{service}.svc.cluster.local:5000/builds/shop/cart@{DIGEST}",
+        f"{service}.svc.cluster.local/shop/cart@{DIGEST}",
+        DIGEST,  # an image ID: the runtime runs whatever local image has it (containerd LocalResolve)
+        "sha256:" + "ab" * 6,  # a prefix of one (Docker's image store resolves those)
+    ]
+
+
+def test_a_job_pod_cannot_name_an_image_of_the_platform_registry(rendered_stacks):
+    """Issue 20 re-review: an Armada user's job names `localhost:<nodePort>/shop/cart@sha256:…` with
+    imagePullPolicy IfNotPresent, and the kubelet runs the copy the node pulled for shop's entity,
+    without any registry credential. No job runs the platform registry's images (build pods run the
+    kaniko and busybox pins; kaniko pulls base images itself), so the policy refuses them in every
+    container kind and image volume, whatever the pull policy; and image IDs, which name a local
+    image whatever its registry."""
+    rendered = rendered_stacks["test"]
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    request, pod = job_namespace_pod(rendered)
+    assert admitted(policy, request, pod)
+
+    def with_image(kind: str, image: str, pull_policy) -> dict:
+        changed = copy.deepcopy(pod)
+        spec = changed["spec"]
+        if kind == "volumes":
+            source = {"reference": image, **({"pullPolicy": pull_policy} if pull_policy else {})}
+            spec["volumes"] = [{"name": "data", "image": source}]
+            return changed
+        container = {"name": f"c-{kind.lower()}", "image": image, **({"imagePullPolicy": pull_policy} if pull_policy else {})}
+        spec[kind] = [*spec.get(kind, []), container]
+        return changed
+
+    for image in platform_registry_images(rendered):
+        for kind in ("initContainers", "containers", "ephemeralContainers", "volumes"):
+            for pull_policy in ("IfNotPresent", "Never", "Always", None):
+                assert not admitted(policy, request, with_image(kind, image, pull_policy)), (image, kind, pull_policy)
+    # The same in the builds namespace: a build pod's own images are the pins, never the registry's.
+    build_request, build = build_pod(rendered)
+    assert admitted(policy, build_request, build)
+    build["spec"]["containers"][0]["image"] = platform_registry_images(rendered)[0]
+    assert not admitted(policy, build_request, build)
+    # Other registries, other ports, tags that merely look like digests: admitted.
+    port = config_of(rendered).platform.registry.node_port
+    for image in ("busybox", f"docker.io/library/busybox@{DIGEST}", f"localhost:{port + 1}/shop/cart@{DIGEST}",
+                  f"registry.example.com:{port}/shop/cart", f"localhost.example.com:{port}/shop/cart",
+                  "shop/cart:sha256", "registry:5000/shop/cart", "cart:0123456789abcdef0123456789abcdef"):
+        for kind in ("containers", "volumes"):
+            assert admitted(policy, request, with_image(kind, image, "IfNotPresent")), (image, kind)
+
+
+def test_the_refusal_names_the_registry_and_why():
+    policy = job_policy(["system:serviceaccount:armada:armada-executor-a"], ["jobs"], "default",
+                        registry_node_port=32001, registry_service_hosts=["registry.cs"])
+    [rule] = [v for v in policy["spec"]["validations"] if "platform registry" in v["message"]]
+    assert "localhost:32001" in rule["message"] and "registry.cs" in rule["message"]
+    assert "image ID" in rule["message"] and "cache" in rule["message"]
+    # Without a registry named (job_policy's defaults) image IDs are still refused.
+    policy = job_policy(["system:serviceaccount:armada:armada-executor-a"], ["jobs"], "default")
+    request = admission_request("system:serviceaccount:armada:armada-executor-a", "jobs")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "jobs"},
+           "spec": {"containers": [{"name": "job", "image": DIGEST}]}}
+    assert not admitted(policy, request, pod)
+    pod["spec"]["containers"][0]["image"] = f"localhost:32000/shop/cart@{DIGEST}"
+    assert admitted(policy, request, pod)
+
+
+# --- I: the policy covers pods/ephemeralcontainers (issue 20, re-review) -------------------------------------
+
+
+def test_the_policy_covers_ephemeral_containers_added_through_their_subresource(rendered_stacks):
+    """`kubectl debug` adds an ephemeral container through the subresource pods/ephemeralcontainers
+    (an UPDATE whose object is the whole Pod), which a rule on `pods` does not match: the executor
+    lacks that right today, but the policy's guarantees must not hang on RBAC alone."""
+    from components.registry_access import build_secret_name
+
+    rendered = rendered_stacks["test"]
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    request, pod = build_pod(rendered)
+    debug = admission_request(request["userInfo"]["username"], request["namespace"], operation="UPDATE",
+                              sub_resource="ephemeralcontainers")
+    assert admitted(policy, debug, pod)
+    project = pod["metadata"]["labels"]["cloudstation.io/project"]
+    other = build_secret_name(next(p for p in builds.build_projects(config_of(rendered)) if p != project))
+    stealing = copy.deepcopy(pod)
+    stealing["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox",
+                                                "envFrom": [{"secretRef": {"name": other}}]}]
+    assert not admitted(policy, debug, stealing)
+    # A job's pod: an ephemeral container with a platform registry image is refused, a plain one admitted.
+    job_request, job = job_namespace_pod(rendered)
+    debug = admission_request(job_request["userInfo"]["username"], job_request["namespace"], operation="UPDATE",
+                              sub_resource="ephemeralcontainers")
+    plain = copy.deepcopy(job)
+    plain["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
+    assert admitted(policy, debug, plain)
+    cached = copy.deepcopy(plain)
+    cached["spec"]["ephemeralContainers"][0]["image"] = platform_registry_images(rendered)[0]
+    assert not admitted(policy, debug, cached)
+    # And the platform's labels, outside the job namespaces, as for the pod itself.
+    outside = admission_request(job_request["userInfo"]["username"], config_of(rendered).platform.namespace,
+                                operation="UPDATE", sub_resource="ephemeralcontainers")
+    assert not admitted(policy, outside, {**plain, "metadata": {**plain["metadata"], "namespace": outside["namespace"]}})
+
+
+def test_the_registry_the_policy_names_is_this_clusters():
+    """Managed: this stack's Service; shared: the owner's (ownerNamespace, else the same namespace);
+    external: none in the cluster (image IDs are still refused, `test_the_refusal_names_the_registry_and_why`)."""
+    from types import SimpleNamespace
+
+    from infra.armada import registry_admission
+
+    def config(mode, owner=None, pull_host="localhost:32100", prefix=""):
+        registry = SimpleNamespace(mode=mode, node_port=32100, owner_namespace=owner, pull_host=pull_host,
+                                   repository_prefix=prefix)
+        return SimpleNamespace(platform=SimpleNamespace(namespace="cs", registry=registry))
+
+    assert registry_admission(config("managed")) == {
+        "registry_node_port": 32100, "registry_service_hosts": ("registry.cs",), "registry_pull_prefix": "localhost:32100"}
+    assert registry_admission(config("shared", "owner"))["registry_service_hosts"] == ("registry.owner",)
+    assert registry_admission(config("shared"))["registry_service_hosts"] == ("registry.cs",)
+    # External: not in the cluster, but the nodes cache its images under the name entity pods pull.
+    assert registry_admission(config("external", pull_host="registry.example.com:5000", prefix="team/cs")) == {
+        "registry_pull_prefix": "registry.example.com:5000/team/cs"}
+    assert registry_admission(config("external", pull_host="registry.example.com"))["registry_pull_prefix"] == (
+        "registry.example.com")
+
+
+# --- J: an external registry's images, and updates that add nothing (issue 20, second re-review) ------------
+
+
+def test_a_job_pod_cannot_name_an_image_of_an_external_registry():
+    """An external registry (docs/armada.md, "Not replicated") is no less cached: the kubelet pulled
+    `<host>/<prefix>/shop/cart@sha256:…` for shop's entities with shop's pull Secret, and a job naming the
+    same reference with IfNotPresent runs that copy without any credential (1.33 checks none; 1.35+'s
+    KubeletEnsureSecretPulledImages protects only images pulled with a Secret, and not on every node
+    configuration). So the policy refuses the registry's pull host and repository prefix as well."""
+    rendered = stacks.rendered("prod-own-cluster")
+    registry = config_of(rendered).platform.registry
+    assert registry.mode == "external"
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    request, pod = job_namespace_pod(rendered)
+    assert admitted(policy, request, pod)
+    entity_images = [e.image for project in config_of(rendered).projects for e in project.entities]
+    prefix = f"{registry.pull_host}/{registry.repository_prefix}"
+    assert entity_images and all(image.startswith(prefix + "/") for image in entity_images)
+    for image in [*entity_images, f"{prefix}/shop/cart@{DIGEST}", f"{prefix}/shop/cart:0123456789abcdef",
+                  f"{prefix.upper()}/shop/cart@{DIGEST}"]:
+        for kind in ("containers", "initContainers", "ephemeralContainers"):
+            changed = copy.deepcopy(pod)
+            changed["spec"][kind] = [*changed["spec"].get(kind, []), {"name": "c", "image": image}]
+            assert not admitted(policy, request, changed), (image, kind)
+        changed = copy.deepcopy(pod)
+        changed["spec"]["volumes"] = [{"name": "data", "image": {"reference": image}}]
+        assert not admitted(policy, request, changed), image
+    # The registry's other repositories, and other registries: admitted.
+    for image in (f"{registry.pull_host}/other/tool:1", f"{prefix}-other/shop/cart@{DIGEST}",
+                  f"{registry.pull_host}.evil.example/{registry.repository_prefix}/shop/cart", "busybox:1.36"):
+        changed = copy.deepcopy(pod)
+        changed["spec"]["containers"][0]["image"] = image
+        assert admitted(policy, request, changed), image
+
+
+def test_an_external_registrys_port_is_part_of_the_name_the_policy_refuses():
+    policy = job_policy(["system:serviceaccount:armada:armada-executor-a"], ["jobs"], "default",
+                        registry_pull_prefix="Registry.Example.com:5000/team/cs")
+    [rule] = [v for v in policy["spec"]["validations"] if "platform registry" in v["message"]]
+    assert "registry.example.com:5000/team/cs" in rule["message"].lower()
+    request = admission_request("system:serviceaccount:armada:armada-executor-a", "jobs")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "jobs"},
+           "spec": {"containers": [{"name": "job", "image": f"registry.example.com:5000/team/cs/shop/cart@{DIGEST}"}]}}
+    assert not admitted(policy, request, pod)
+    pod["spec"]["containers"][0]["image"] = f"registry.example.com:5001/team/cs/shop/cart@{DIGEST}"
+    assert admitted(policy, request, pod)
+
+
+def admitted_update(policy: dict, request: dict, obj: dict, old: dict | None) -> bool:
+    """`admitted`, with `oldObject` bound as the API server binds it (the object before an UPDATE, null on CREATE)."""
+    import celpy
+
+    from tests import test_armada_security as security
+
+    def evaluate(expression: str, request: dict, obj: dict) -> bool:
+        activation = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(obj),
+                      "oldObject": celpy.json_to_cel(old)}
+        result = security.compile_cel(expression).evaluate(activation)
+        assert isinstance(result, celpy.celtypes.BoolType), (expression, result)
+        return bool(result)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(security, "evaluate", evaluate)
+        return admitted(policy, request, obj)
+
+
+def test_an_update_is_judged_on_the_images_it_adds(rendered_stacks):
+    """A job pod created before the image rule may hold a platform registry image; the executor still
+    patches it (annotations), so an UPDATE is refused only for an image the old pod did not have. CREATE
+    and pods/ephemeralcontainers (`kubectl debug`, which could otherwise reuse the pod's image in a new
+    container) are judged whole."""
+    rendered = rendered_stacks["test"]
+    policy = find(rendered, "ValidatingAdmissionPolicy", JOB_POLICY)
+    request, pod = job_namespace_pod(rendered)
+    user, namespace = request["userInfo"]["username"], request["namespace"]
+    update = admission_request(user, namespace, operation="UPDATE")
+    banned, other = platform_registry_images(rendered)[0], platform_registry_images(rendered)[4]
+    for kind in ("initContainers", "containers", "ephemeralContainers", "volumes"):
+        old = copy.deepcopy(pod)
+        if kind == "volumes":
+            old["spec"]["volumes"] = [{"name": "data", "image": {"reference": banned}}]
+        else:
+            old["spec"][kind] = [*old["spec"].get(kind, []), {"name": "old", "image": banned}]
+        assert not admitted_update(policy, request, old, None), kind  # CREATE: refused
+        patched = copy.deepcopy(old)
+        patched["metadata"]["annotations"] = {"armada_jobset_id": "x"}
+        assert admitted_update(policy, update, patched, old), kind  # the executor's patch: admitted
+        # An image the old pod did not have: refused, whichever field names it.
+        adds = copy.deepcopy(patched)
+        adds["spec"]["containers"][0]["image"] = other
+        assert not admitted_update(policy, update, adds, old), kind
+        adds = copy.deepcopy(patched)
+        adds["spec"].setdefault("volumes", []).append({"name": "more", "image": {"reference": other}})
+        assert not admitted_update(policy, update, adds, old), kind
+        # The subresource is judged whole, even for an image the pod already had.
+        debug = admission_request(user, namespace, operation="UPDATE", sub_resource="ephemeralcontainers")
+        assert not admitted_update(policy, debug, patched, old), kind
+    # A clean pod changed to a banned image: refused.
+    changed = copy.deepcopy(pod)
+    changed["spec"]["containers"][0]["image"] = banned
+    assert not admitted_update(policy, update, changed, pod)
+    assert admitted_update(policy, update, pod, pod)

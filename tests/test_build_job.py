@@ -31,7 +31,7 @@ from components.builds_namespace import (
 )
 from components.registry_access import build_secret_name
 from infra import versions
-from tests.cloudstate_variants import build as build_mocked
+from tests.conftest import build as build_mocked
 
 REGISTRY_HOST = "registry.cloudstation.svc.cluster.local:5000"
 REGISTRY_LABELS = {"app.kubernetes.io/name": "registry", "app.kubernetes.io/instance": "registry"}

@@ -29,7 +29,7 @@ from tests.fake_armada import FakeArmada
 from tests.fake_executor import FakeExecutor
 from tests.test_job_network_order import created_before
 from tests.registry_server import RegistryServer
-from tests.test_user_copy import copy_repository
+from tests import stacks
 
 STACK = "test"
 REGISTRY_PASSWORD = kept_value("registry-auth-values", "password", 32)
@@ -52,7 +52,8 @@ def registry_users(config) -> dict[str, str]:
 
 
 def config_of(root: Path, stack: str = STACK):
-    return render_module.validate_config(stack, root)
+    """The stack's config: the fixture's (tests/stacks/) for the repository itself, else the copy's own file."""
+    return stacks.validate_config(stack) if root == ROOT else render_module.validate_config(stack, root)
 
 
 def entities(root: Path, stack: str = STACK) -> dict[tuple[str, str], tuple[Path, str]]:
@@ -93,7 +94,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    copy = copy_repository(tmp_path_factory.mktemp("builds") / "repo")
+    copy = stacks.copy_repository(tmp_path_factory.mktemp("builds") / "repo")
     config = config_of(copy)
     host = builds.registry_service_host(config)
     users = registry_users(config)
@@ -109,8 +110,7 @@ def cluster(tmp_path_factory):
             return user, users[user]
 
         with FakeExecutor(armada, registry, lambda project, entity: entities(copy)[(project, entity)],
-                          registry_host=host, pod_security="baseline", namespace=config.platform.builds_namespace,
-                          builders=True, credentials=build_login) as executor:
+                          registry_host=host, builders=True, credentials=build_login) as executor:
             yield Cluster(copy, registry, armada, executor)
 
 
@@ -342,10 +342,10 @@ def test_every_build_waits_for_its_queue_the_executors_the_builds_namespace_and_
 
 
 def test_local_mode_builds_with_docker_as_before_and_prod_builds_nothing(rendered_stacks):
-    stack_file = render_module.StackFile.read(STACK, ROOT)
+    stack_file = stacks.read(STACK)
     platform = json.loads(stack_file.values["cloudstation:platform"])
     stack_file.values["cloudstation:platform"] = json.dumps({**platform, "builds": {"mode": "local"}})
-    local = render_module.render(STACK, ROOT, stack_file)
+    local = stacks.render(STACK, stack_file)
     assert local.of_type(ENTITY_BUILD) == [] and local.of_type("cloudstation:builds:BuildsNamespace") == []
     images = local.of_type("docker:index/image:Image")
     assert len(images) == len(entities(ROOT))
@@ -364,7 +364,7 @@ def test_render_stays_offline(rendered_stacks):
 
 
 def _platform_with(**changes) -> dict:
-    values = render_module.StackFile.read(STACK, ROOT).values
+    values = stacks.read(STACK).values
     return {**values, "cloudstation:platform": json.dumps({**json.loads(values["cloudstation:platform"]), **changes})}
 
 
@@ -376,20 +376,18 @@ def _platform_with(**changes) -> dict:
      "only for platform.builds.mode: local"),
 ])
 def test_armada_builds_without_what_they_need_are_refused_naming_the_keys(changes, key, says):
-    from infra.config import ConfigError, load
+    from infra.config import ConfigError
 
     raw = {**_platform_with(**changes), "cloudstation:registryPassword": "set-as-a-secret"}
     with pytest.raises(ConfigError) as caught:
-        load(raw, root=ROOT, secret_keys=["cloudstation:registryPassword"])
+        stacks.load(raw, secret_keys=["cloudstation:registryPassword"])
     [problem] = [p for p in caught.value.problems if p.startswith(f"cloudstation:{key}")]
     assert says in problem
 
 
 def test_the_default_mode_follows_armada():
-    from infra.config import load
-
     assert config_of(ROOT).platform.build_mode == "armada"
-    assert load(_platform_with(armada={"enabled": False}), root=ROOT).platform.build_mode == "local"
+    assert stacks.load(_platform_with(armada={"enabled": False})).platform.build_mode == "local"
 
 
 def test_without_a_push_host_builds_reach_the_registry_through_their_own_tunnel(cluster, first, tmp_path, monkeypatch):

@@ -2,8 +2,9 @@
 each mistake of issue 21 gives one clear finding with its file, line, key, value and fix, all at once,
 with the exit codes CI relies on (0 clean or notices and warnings only, 1 errors, 2 could not run).
 
-The cases run in a project folder of their own (Pulumi.yaml, __main__.py, entities/ and the two example
-stack files, edited per case): the program is this checkout's, the stack files are the case's."""
+The cases run in a project folder of their own (Pulumi.yaml, __main__.py, entities/ and the base pair
+of fixture stack files, tests/stacks/, edited per case): the program is this checkout's, the stack
+files are the case's. Only the check of the example stack files themselves reads the root's."""
 from __future__ import annotations
 
 import json
@@ -16,20 +17,25 @@ import yaml
 
 from cloudstation_tools import check, cli, render
 from cloudstation_tools.check.findings import ERROR, NOTICE, WARNING
-from tests import promoted
+from tests import stacks
 from tests.conftest import ROOT
 
-PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "Pulumi.test.yaml", "Pulumi.prod.yaml")
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py")
+ENTITIES = ("entities", "tests/stacks/entities")
+"""The entity sources the fixture stacks name."""
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
-    """A project folder with the example stack files (not a git work tree: no baseline by default)."""
+    """A project folder with the fixture stack files (not a git work tree: no baseline by default)."""
     root = tmp_path / "project"
     root.mkdir()
     for name in PROJECT_FILES:
         shutil.copy(ROOT / name, root / name)
-    shutil.copytree(ROOT / "entities", root / "entities", ignore=shutil.ignore_patterns("node_modules"))
+    for stack in stacks.BASE:
+        shutil.copy(stacks.DIR / f"Pulumi.{stack}.yaml", root / f"Pulumi.{stack}.yaml")
+    for folder in ENTITIES:
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("node_modules"))
     return root
 
 
@@ -69,6 +75,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 # --- the repository's own example stack files (issue 21 item 2) ----------------------------------
 
 
+@pytest.mark.example_stacks  # the repository's own example stack files (tests/user_files.py)
 def test_the_example_stack_files_pass_check(capsys):
     code, out, err = run_cli(capsys, "--root", str(ROOT), "--format", "json")
     report = json.loads(out)
@@ -182,6 +189,7 @@ def test_two_stacks_owning_one_cluster_collide(project):
 
 def test_the_cluster_budget_is_the_owners_setting(project):
     def scale(config):
+        config["cloudstation:platform"].pop("clusterBudget", None)  # the default (the fixture sets a bigger one)
         config["cloudstation:projects"][0]["entities"][0]["replicas"] = 4
     edit(project, "test", scale)
     report = check.run(project)
@@ -206,7 +214,7 @@ def _add_wishlist(root: Path, stack: str) -> None:
 
 
 def test_an_entity_added_to_test_first_is_a_notice_for_prod(project):
-    (project / "Pulumi.prod.yaml").write_text(promoted.text())  # prod promoted once
+    (project / "Pulumi.prod.yaml").write_text(stacks.text())  # prod promoted once
     _add_wishlist(project, "test")
     report = check.run(project)
     assert report.exit_code == 0, [f.text() for f in errors(report)]
@@ -224,8 +232,33 @@ def test_an_entity_added_to_test_first_is_a_notice_for_prod(project):
     assert notice.line == line_of(text, "- name: wishlist")
 
 
+def test_before_the_first_promotion_an_entity_in_one_stack_only_is_named_too(project):
+    """The first promotion refuses an entity that is in only one of the stacks: with prod never
+    promoted, `check` names it beside the promotion still to do (before, it said only the latter, and
+    the promotion it advised then failed)."""
+    _add_wishlist(project, "test")
+    report = check.run(project)
+    assert report.exit_code == 0, [f.text() for f in errors(report)]
+    never, wishlist = [f for f in report.findings if f.check == "promotion"]
+    assert "Pulumi.prod.yaml was never promoted" in never.message
+    assert wishlist.severity == NOTICE and wishlist.key == "cloudstation:projects[0]", wishlist
+    assert wishlist.message.startswith("shop/wishlist is in Pulumi.test.yaml and not in Pulumi.prod.yaml: add it here "
+                                       "without `image:`"), wishlist.message
+    assert wishlist.message.endswith("`python -m infra promote --from test --to prod`"), wishlist.message  # all at once
+    # The other order: in prod only.
+    (project / "Pulumi.test.yaml").write_text((stacks.DIR / "Pulumi.test.yaml").read_text())
+    _add_wishlist(project, "prod")
+    report = check.run(project)
+    assert report.exit_code == 0, [f.text() for f in errors(report)]
+    never, wishlist = [f for f in report.findings if f.check == "promotion"]
+    assert "Pulumi.prod.yaml was never promoted" in never.message
+    assert "shop/wishlist has no image in Pulumi.prod.yaml yet (prod cannot deploy it): add it to Pulumi.test.yaml" \
+        in wishlist.message
+    assert wishlist.line == line_of((project / "Pulumi.prod.yaml").read_text(), "- name: wishlist")
+
+
 def test_an_entity_added_to_prod_first_says_to_add_it_to_test(project):
-    (project / "Pulumi.prod.yaml").write_text(promoted.text())
+    (project / "Pulumi.prod.yaml").write_text(stacks.text())
     _add_wishlist(project, "prod")
     report = check.run(project)
     assert report.exit_code == 0, [f.text() for f in errors(report)]

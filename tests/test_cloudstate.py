@@ -12,9 +12,10 @@ from infra import versions
 from cloudstation_tools import checks, validate
 from infra.cloudstation import project_namespace, project_state_namespace
 from infra.config import ConfigError, StackConfig, load
-from tests.promoted import validate_config  # prod as its first promotion writes it
-from tests.cloudstate_variants import SHARED_OWNER_WATCH, edited, variant
-from tests.conftest import ROOT, find, objects, pod_spec
+from tests.stacks import validate_config  # prod as its first promotion writes it
+from tests.stacks import SHARED_OWNER_WATCH, edited, rendered as variant
+from tests.conftest import find, objects, pod_spec
+from tests import stacks
 
 CLUSTER_SCOPED = {
     "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass",
@@ -336,8 +337,7 @@ def test_both_stacks_custom_resources_validate_against_the_owners_crds():
 
 
 def test_extra_watched_namespaces_need_the_operator():
-    stack_file = edited("test", platform=lambda p: {
-        **p, "ownsClusterResources": False, "cloudstate": {"extraWatchedNamespaces": ["shop-prod"]}})
+    stack_file = edited("test", platform=lambda p: stacks.sharing(p, cloudstate={"extraWatchedNamespaces": ["shop-prod"]}))
     with pytest.raises(ConfigError) as caught:
         load(stack_file.values)
     [problem] = caught.value.problems
@@ -444,9 +444,8 @@ def with_project(projects: list, name: str) -> list:
     return [*projects, {**first, "name": name, "entities": entities}]
 
 
-def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource():
-    from infra import program
-    from cloudstation_tools import render
+def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource(monkeypatch):
+    from infra import context, program
     from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
     import pulumi
     import pulumi.runtime.settings
@@ -454,13 +453,14 @@ def test_a_project_added_only_to_the_sharing_stack_fails_before_any_resource():
     stack_file = edited("prod", projects=lambda projects: with_project(projects, "blog"))
     index = len(json.loads(stack_file.values["cloudstation:projects"])) - 1  # the added project, last
     with pytest.raises(ConfigError) as caught:
-        render.render("prod", stack_file=stack_file)
+        stacks.render("prod", stack_file=stack_file)
     [problem] = caught.value.problems
     assert problem == (
         f"cloudstation:projects[{index}].name: namespace 'blog-prod' — the CloudState operator of the owner stack 'test' "
         "(platform.clusterOwnerStack) does not watch it, so its entities would never run; add 'blog-prod' to "
         "platform.cloudstate.extraWatchedNamespaces in Pulumi.test.yaml and deploy test first")
     # The program itself (as `pulumi up` runs it) stops in its config check: nothing is registered.
+    monkeypatch.setattr(context, "STACK_DIR", stacks.DIR)  # its owner's file: the fixture test stack
     mocks = ProgramMocks()
     pulumi.runtime.settings.ROOT.set(None)
     pulumi.runtime.set_mocks(mocks, project="cloudstation", stack="prod", preview=False, monitor=RecordingMonitor(mocks))
@@ -474,7 +474,7 @@ def test_the_owner_refuses_to_deploy_without_the_namespaces_of_a_stack_that_name
     from infra import cluster_sharing
 
     for stack in ("test", "prod"):
-        (tmp_path / f"Pulumi.{stack}.yaml").write_text((ROOT / f"Pulumi.{stack}.yaml").read_text())
+        (tmp_path / f"Pulumi.{stack}.yaml").write_text((stacks.DIR / f"Pulumi.{stack}.yaml").read_text())
     owner_config = validate_config("test")
     assert cluster_sharing.problems(owner_config, "Pulumi.test.yaml", tmp_path) == []
     prod = yaml.safe_load((tmp_path / "Pulumi.prod.yaml").read_text())
@@ -498,7 +498,7 @@ def test_the_owner_refuses_to_deploy_without_the_namespaces_of_a_stack_that_name
 def test_the_owner_stack_must_exist_and_own_the_cluster(owner, expected):
     stack_file = edited("prod", platform=lambda p: {**p, "clusterOwnerStack": owner})
     with pytest.raises(ConfigError) as caught:
-        load(stack_file.values, root=ROOT, source="Pulumi.prod.yaml")
+        stacks.load(stack_file.values, source="Pulumi.prod.yaml")
     [problem] = caught.value.problems
     assert problem.startswith(expected)
 

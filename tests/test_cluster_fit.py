@@ -15,7 +15,9 @@ import pytest
 
 from cloudstation_tools.cluster_fit import pod_requests, pods, quantity, show, totals
 from infra import quantities
-from tests import promoted
+from cloudstation_tools import render
+from tests import stacks
+from tests.conftest import ROOT
 from tests.conftest import STACKS, objects
 
 
@@ -37,8 +39,9 @@ def test_the_entity_pods_the_operator_creates_are_counted(rendered_stacks):
 
 
 @pytest.mark.example_stacks  # README's minimum cluster is for the example stack files
-def test_both_example_stacks_together_fit_a_developers_cluster(rendered_stacks):
-    budget = promoted.validate_config("test").platform.cluster_budget  # the owner's setting (its default)
+def test_both_example_stacks_together_fit_a_developers_cluster(example_rendered):
+    rendered_stacks = example_rendered
+    budget = render.validate_config("test", ROOT).platform.cluster_budget  # the example owner's setting (its default)
     cpu_budget, memory_budget = quantity(budget.cpu), quantity(budget.memory)
     per_stack = {}
     lines = []
@@ -70,7 +73,7 @@ def test_the_documented_prod_sizes_are_valid_config():
     section = text[text.index("## Sizing"):text.index("\n## ", text.index("## Sizing") + 1)]
     [block] = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
     platform = yaml.safe_load(block)["cloudstation:platform"]
-    base = yaml.safe_load(promoted.text())["config"]  # Pulumi.prod.yaml, promoted
+    base = yaml.safe_load(stacks.text())["config"]  # Pulumi.prod.yaml, promoted
     merged = {**base, "cloudstation:platform": {**base["cloudstation:platform"], **platform}}
     config = load(merged)
     assert config.platform.cloudstate.sidecar_jvm_memory == platform["cloudstate"]["sidecarJvmMemory"]

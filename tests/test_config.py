@@ -9,7 +9,7 @@ import pytest
 
 from infra import config
 from cloudstation_tools.render import ROOT, StackFile
-from tests import promoted
+from tests import stacks
 
 # In the stack's registry (the default managed one) at the entity's repository (infra/image_refs.py).
 PROD_REF = "localhost:32000/shop/cart@sha256:" + "a" * 64
@@ -37,7 +37,7 @@ def problems_of(values: dict, root=None) -> list[str]:
 
 def test_both_stack_files_are_valid():
     for stack in ("test", "prod"):
-        loaded = config.load(promoted.read(stack).values, root=ROOT)  # prod: as promoted
+        loaded = stacks.load(stacks.read(stack).values)  # prod: as promoted
         assert loaded.environment.value == stack
         assert {e.kind for p in loaded.projects for e in p.entities} == set(config.EntityKind)
 

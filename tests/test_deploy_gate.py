@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 
-from cloudstation_tools import checks, render as render_module, validate
+from cloudstation_tools import checks, validate
 from components import k8s as kb
 from components.project_environment import IMAGES_KEY, images_config_map, images_data
 from infra import delivery
 from tests.builds_program import ENTITY_BUILD, STATEFUL_SERVICE
-from tests.conftest import ROOT
+from tests import stacks
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 DOCKER_IMAGE = "docker:index/image:Image"
@@ -34,7 +34,7 @@ def built(rendered, build_type: str) -> dict[str, set[str]]:
 
 
 def check_gates(rendered, build_type: str) -> None:
-    config = render_module.validate_config(rendered.stack, ROOT)
+    config = stacks.validate_config(rendered.stack)
     by_project = built(rendered, build_type)
     assert by_project, build_type
     every_build = set().union(*by_project.values())
@@ -68,10 +68,10 @@ def test_each_project_that_builds_has_one_gate_listing_its_images(rendered_stack
 
 
 def test_local_builds_are_gated_the_same_way():
-    stack_file = render_module.StackFile.read("test", ROOT)
+    stack_file = stacks.read("test")
     platform = json.loads(stack_file.values["cloudstation:platform"])
     stack_file.values["cloudstation:platform"] = json.dumps({**platform, "builds": {"mode": "local"}})
-    check_gates(render_module.render("test", ROOT, stack_file), DOCKER_IMAGE)
+    check_gates(stacks.render("test", stack_file), DOCKER_IMAGE)
 
 
 def test_prod_builds_nothing_and_has_no_gate(rendered_stacks):

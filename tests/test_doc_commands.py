@@ -86,6 +86,10 @@ CLASSIFIED = {
     "python -m infra pin-images --missing": "asks Docker Hub and the other image registries for the new pins' "
                                             "digests (network access and skopeo); tests/test_images.py runs pin-images "
                                             "against a local registry (Debian's docker-registry)",
+    "bash scripts/e2e.sh": "the end-to-end tier (README, \"End-to-end tests\"): builds the real control plane, "
+                           "Pulumi CLI and provider from Go modules and deploys for real; .ci/run runs it after "
+                           "this suite",
+    "bash scripts/e2e.sh -k test_1 --keep": "one step of the end-to-end tier (see `bash scripts/e2e.sh`)",
     "bash scripts/test.sh": "runs this whole suite, so it would run itself; CI runs exactly it (tests/test_docs.py "
                             "checks the workflow)",
     'CLOUDSTATION_REGISTRY_ADDRESSES="localhost:32000=127.0.0.1:5000" python -m infra promote --from test --to prod':

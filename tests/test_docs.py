@@ -16,8 +16,8 @@ from pydantic import Field
 from components.model import ConfigModel, DnsLabel
 from cloudstation_tools import cli, config_reference
 from infra.config import SECRET_KEYS, StackConfig, load
-from tests.armada_variants import images_in_stack_registry
-from tests import promoted
+from tests.stacks import images_in_stack_registry
+from tests import stacks
 from tests.conftest import ROOT
 
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -59,10 +59,12 @@ def _stack_file_paths(value: Any, prefix: str) -> set[str]:
     return paths
 
 
+@pytest.mark.parametrize("folder", [pytest.param(stacks.DIR, id="fixture"),
+                                    pytest.param(ROOT, id="example", marks=pytest.mark.example_stacks)])
 @pytest.mark.parametrize("stack", ["test", "prod"])
-def test_reference_lists_every_key_the_stack_files_use(stack):
+def test_reference_lists_every_key_the_stack_files_use(stack, folder):
     documented = {row.key for row in config_reference.rows()}
-    config = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    config = yaml.safe_load((folder / f"Pulumi.{stack}.yaml").read_text())["config"]
     used: set[str] = set()
     for key, value in config.items():
         namespace, _, name = key.partition(":")
@@ -181,7 +183,7 @@ def test_config_examples_validate(path, minimum):
     snippets = _config_snippets(path)
     assert len(snippets) >= minimum, f"the config examples of {path.name} were not found"
     for stack, snippet in snippets:
-        text = promoted.text() if stack == "prod" else (ROOT / f"Pulumi.{stack}.yaml").read_text()
+        text = stacks.text() if stack == "prod" else (stacks.DIR / f"Pulumi.{stack}.yaml").read_text()
         base = yaml.safe_load(text)["config"]
         merged = images_in_stack_registry(_merged(base, snippet))  # an external registry holds the images
         config = load(merged, source=f"snippet for Pulumi.{stack}.yaml")
@@ -206,7 +208,7 @@ def _contains(actual: Any, expected: Any) -> bool:
 
 def test_a_broken_snippet_would_fail():
     # The check above can fail: the same machinery rejects a typo in a snippet.
-    base = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())["config"]
+    base = yaml.safe_load((stacks.DIR / "Pulumi.test.yaml").read_text())["config"]
     bad = {"cloudstation:platform": {"stores": {"postgres": {"mode": "external", "hots": "pg"}}}}
     with pytest.raises(Exception, match="hots"):
         load(_merged(base, bad))
@@ -294,7 +296,8 @@ def test_links_resolve():
 
 
 @pytest.mark.example_stacks  # README describes the repository's own stack files, not a user's
-def test_readme_diagram_names_every_namespace_of_both_stacks(rendered_stacks):
+def test_readme_diagram_names_every_namespace_of_both_stacks(example_rendered):
+    rendered_stacks = example_rendered
     diagrams = _code_blocks(README.read_text(encoding="utf-8"), "mermaid")
     assert len(diagrams) == 1
     diagram = diagrams[0]
@@ -453,7 +456,7 @@ def test_the_pod_security_exceptions_of_docs_security_are_every_relaxed_namespac
     namespaces (the operator's pods), the job namespaces (`jobNamespacePodSecurity`) and the builds
     namespace (kaniko: components/build_job.py POD_SECURITY_LEVEL, whose build pods the end-to-end
     tier sees warned for restricted; it was missing)."""
-    from tests.armada_variants import config_of
+    from tests.stacks import config_of
 
     text = SECURITY.read_text(encoding="utf-8")
     [sentence] = re.findall(r"^Every workload meets Pod Security .*?(?=\n\n)", text, flags=re.M | re.S)

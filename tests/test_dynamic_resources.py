@@ -4,7 +4,7 @@ serializing each provider class once per process and leaving `pickle` as they fo
 
 Each comparison registers the same things twice, once with pulumi 3.272.0's constructor in place of
 ProjectDynamicResource's and once with ours, and compares every RegisterResourceRequest byte for byte
-(tests/test_kube_light.py RequestMonitor: type, name, parent, inputs with `__provider` and its secret
+(tests/register_requests.py RequestMonitor: type, name, parent, inputs with `__provider` and its secret
 wrapper, dependencies, options, source position and stack trace)."""
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import pytest
 from pulumi.dynamic.dynamic import serialize_provider
 
 from cloudstation_tools import render as render_module
-from cloudstation_tools.mocks import is_wrapped_secret
+from cloudstation_tools.mocks import ProgramMocks, is_wrapped_secret
 from components import dynamic_provider
 from components.armada.queue import Queue, QueueApiSettings, QueueArgs, QueueProvider
 from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
 from components.entity_build import EntityBuildProvider, EntityBuildResource
-from tests.test_kube_light import RENDERS, RequestMonitor, both_ways, decoded  # noqa: F401 (fixture)
+from tests.register_requests import RENDERS, RequestMonitor, decoded, register  # noqa: F401 (fixture)
 
 OURS = ProjectDynamicResource.__dict__["__init__"]
 PATCHED = ("_batch_setitems", "save_dict")
@@ -43,14 +43,14 @@ def pickle_restored():
 
 
 @pytest.fixture
-def dynamic_both_ways(both_ways, monkeypatch):
+def dynamic_both_ways(register, monkeypatch):
     """`run(program, upstream)` -> {(type, name, parent): request bytes}; `upstream` puts pulumi's
-    `dynamic.Resource.__init__` in place of ProjectDynamicResource's (Kubernetes kinds light both ways)."""
+    `dynamic.Resource.__init__` in place of ProjectDynamicResource's."""
 
     def run(program, upstream: bool) -> dict:
         monkeypatch.setattr(ProjectDynamicResource, "__init__", dynamic.Resource.__init__ if upstream else OURS)
         monkeypatch.setattr(dynamic_provider, "_SERIALIZED", {})
-        return both_ways(program, False)
+        return register(program)
 
     return run
 
@@ -156,7 +156,7 @@ def test_the_test_stack_registers_the_same_either_way(monkeypatch):
         assert runs[False][key] == request, key
 
 
-def test_a_thousand_dynamic_resources_serialize_each_provider_class_once(both_ways, monkeypatch):
+def test_a_thousand_dynamic_resources_serialize_each_provider_class_once(register, monkeypatch):
     """Upstream would run dill 1000 times and nest its pickler wrapper 1000 deep (RecursionError
     near 480 at Python's default limit); ours runs it once per class and nests nothing."""
     calls: list[str] = []
@@ -177,7 +177,7 @@ def test_a_thousand_dynamic_resources_serialize_each_provider_class_once(both_wa
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(1000)
     try:
-        requests = both_ways(many, False)
+        requests = register(many)
     finally:
         sys.setrecursionlimit(limit)
     assert sorted(calls) == ["EntityBuildProvider", "QueueProvider"]
@@ -237,3 +237,23 @@ def test_the_reserved_provider_key_is_refused_both_ways(dynamic_both_ways):
 
         dynamic_both_ways(refused, upstream)
         assert errors == ["A dynamic resource must not define the __provider key"], upstream
+
+
+def test_the_monitor_ignores_only_the_order_of_dependencies():
+    """Both requests' dependency URNs come from sets (RequestMonitor): their order is dropped,
+    nothing else, so a different set still fails the comparisons above."""
+    from pulumi.runtime.proto import resource_pb2
+
+    urns = resource_pb2.RegisterResourceRequest.PropertyDependencies
+    kept = []
+    for kind, extra in ((resource_pb2.ReadResourceRequest, {}),
+                        (resource_pb2.RegisterResourceRequest, {"propertyDependencies": {"p": urns(urns=["a", "b"])}}),
+                        (resource_pb2.RegisterResourceRequest, {"propertyDependencies": {"p": urns(urns=["b", "a"])}})):
+        for dependencies in (["u:b", "u:a"], ["u:a", "u:b"], ["u:a"]):
+            monitor = RequestMonitor(ProgramMocks())
+            monitor._keep(("t", "n", "p"), kind(type="t", name="n", dependencies=dependencies, **extra))
+            kept.append(monitor.requests[("t", "n", "p")])
+    for group in (kept[0:3], kept[3:6], kept[6:9]):
+        assert group[0] == group[1] != group[2]
+    assert kept[3:6] == kept[6:9]
+    assert resource_pb2.ReadResourceRequest.FromString(kept[0]).dependencies == ["u:a", "u:b"]

@@ -13,15 +13,15 @@ import pulumi_kubernetes
 import pytest
 
 from cloudstation_tools import engine
-from tests import armada_variants
+from tests import stacks
 from tests.conftest import ROOT
 
-STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]
+STACKS = ["test", "prod", stacks.OWN_CLUSTER]
 
 
 @pytest.fixture(params=STACKS)
 def graph(request, rendered_stacks) -> engine.Graph:
-    rendered = rendered_stacks.get(request.param) or armada_variants.variant(request.param)
+    rendered = rendered_stacks.get(request.param) or stacks.rendered(request.param)
     return engine.Graph(rendered.resources())
 
 

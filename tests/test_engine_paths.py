@@ -18,11 +18,10 @@ import yaml
 
 from infra import config as stack_config
 from infra import engine_paths
-from cloudstation_tools import render
 from infra.engine_paths import PATH_INPUTS, from_program, path_values, problems, program_dir, program_entry
 from infra.program import provider_args
-from cloudstation_tools.render import ROOT, StackFile
-from tests import armada_variants
+from cloudstation_tools.render import ROOT
+from tests import stacks
 
 PROGRAM_DIR = program_dir(ROOT)
 SUBDIR = ROOT / "infra"
@@ -83,14 +82,14 @@ def test_from_program_is_relative_to_the_working_directory():
 # --- the check on every rendered stack --------------------------------------------------------
 
 
-STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]
+STACKS = ["test", "prod", stacks.OWN_CLUSTER]
 
 
 @pytest.fixture(params=STACKS)
 def any_rendered(request, rendered_stacks):
     if request.param in rendered_stacks:
         return rendered_stacks[request.param]
-    return armada_variants.variant(request.param)
+    return stacks.rendered(request.param)
 
 
 def test_every_path_input_is_relative_and_resolves_from_the_program_directory(any_rendered):
@@ -107,14 +106,17 @@ def test_the_test_stack_checks_a_context_and_a_dockerfile_per_built_entity(rende
     checked = [(r.name, entry.property) for r, entry, _ in path_values(rendered.registrations)]
     assert sorted(checked) == sorted([(r.name, p) for r in images for p in ("build.context", "build.dockerfile")]
                                      + [(r.name, "contextDir") for r in builds])
-    for context in [image.inputs["build"]["context"] for image in images] + [b.inputs["contextDir"] for b in builds]:
-        assert context.startswith("entities/"), context  # from the program directory, the root
+    config = stacks.validate_config("test")
+    sources = {config.platform.project_state.source} | {e.source for p in config.projects for e in p.entities}
+    contexts = [image.inputs["build"]["context"] for image in images] + [b.inputs["contextDir"] for b in builds]
+    # As the stack file spells them: from the program directory, the root (not ../entities/...).
+    assert contexts and set(contexts) == sources, (contexts, sources)
 
 
 def test_render_yaml_to_directory_is_passed_relative_to_the_program_directory():
-    stack_file = StackFile.read("test")
+    stack_file = stacks.read("test")
     stack_file.values["cloudstation:kubernetes"] = json.dumps({"renderYamlToDirectory": "rendered/test"})
-    rendered = render.render("test", stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     [provider] = rendered.of_type("pulumi:providers:kubernetes")
     assert provider.inputs["renderYamlToDirectory"] == "rendered/test"
     assert Path(os.path.normpath(PROGRAM_DIR / "rendered/test")) == ROOT / "rendered/test"
@@ -129,7 +131,7 @@ def test_provider_args_follow_the_working_directory():
 
 def test_render_from_another_directory_gives_identical_inputs_and_restores_the_cwd(tmp_path, monkeypatch, rendered_stacks):
     monkeypatch.chdir(tmp_path)
-    again = render.render("test")
+    again = stacks.render("test")
     assert Path.cwd() == tmp_path
     assert again.resources() == rendered_stacks["test"].resources()
     assert again.outputs == rendered_stacks["test"].outputs
@@ -137,10 +139,10 @@ def test_render_from_another_directory_gives_identical_inputs_and_restores_the_c
 
 def test_render_restores_the_cwd_when_the_program_fails(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    stack_file = StackFile.read("test")
+    stack_file = stacks.read("test")
     stack_file.values["cloudstation:environment"] = "staging"
     with pytest.raises(stack_config.ConfigError):
-        render.render("test", stack_file=stack_file)
+        stacks.render("test", stack_file=stack_file)
     assert Path.cwd() == tmp_path
 
 
@@ -207,9 +209,9 @@ def test_the_table_names_each_input_once():
 
 
 def kubernetes_problems(kubernetes: dict) -> list[str]:
-    values = {**StackFile.read("test").values, "cloudstation:kubernetes": json.dumps(kubernetes)}
+    values = {**stacks.read("test").values, "cloudstation:kubernetes": json.dumps(kubernetes)}
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_config.load(values, root=ROOT)
+        stacks.load(values)
     return error.value.problems
 
 

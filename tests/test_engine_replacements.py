@@ -16,9 +16,9 @@ import pytest
 from components.entity_image import GENERATED_LANGUAGES, generated_dockerfile
 from infra import delivery, versions
 from cloudstation_tools import engine, render
-from tests import armada_variants, promoted
+from tests import stacks
 
-STACKS = ["test", "prod", armada_variants.OWN_CLUSTER]
+STACKS = ["test", "prod", stacks.OWN_CLUSTER]
 VERSION_CONSTANTS = ("ARMADA", "CLOUDSTATE_OPERATOR", "CLOUDSTATE_PROXY")
 """Versions that several IMAGES entries share: bumped together, as a release bumps them."""
 
@@ -41,9 +41,9 @@ def bumped(ref: str) -> str:
 
 
 def render_stack(stack: str) -> render.Rendered:
-    if stack in armada_variants.ARMADA_STACKS and stack != "test":
-        return render.render("prod", stack_file=armada_variants.stack_file(stack))
-    return render.render(stack, stack_file=promoted.read(stack))  # prod: as promoted (tests/promoted.py)
+    if stack in stacks.ARMADA_STACKS and stack != "test":
+        return stacks.render("prod", stack_file=stacks.stack_file(stack))
+    return stacks.render(stack, stack_file=stacks.read(stack))  # prod: as promoted (tests/stacks/)
 
 
 BUMPED: dict = {}
@@ -74,7 +74,7 @@ def renders(rendered_stacks):
         if not groups:
             if stack in STACK_RENDERERS:
                 return STACK_RENDERERS[stack](stack)
-            return rendered_stacks.get(stack) or armada_variants.variant(stack)
+            return rendered_stacks.get(stack) or stacks.rendered(stack)
         return render_bumped(stack, groups)
 
     return get

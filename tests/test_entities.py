@@ -1,7 +1,11 @@
-"""The entities the stack files build (entities/, and a user's own): each meets the container
-contract, its base images are the pins of infra/versions.py, and its .dockerignore keeps exactly
-what goes into the image; an entity without a Dockerfile is checked with the one the program
-generates for it. The entities' own logic is tested with `node --test` (scripts/test.sh)."""
+"""Every entity below entities/ (the repository's, and a user's own, whether or not a stack file
+names it yet): each meets the container contract, its base images are the pins of
+infra/versions.py, and its .dockerignore keeps exactly what goes into the image. An entity without
+a Dockerfile is checked with the one the program generates for it, and one with its own Dockerfile
+in a language the program generates one for is checked with the generated one too (a copy of it
+without its Dockerfile, as docs/operations.md's new project has, builds with that). The entities'
+own logic is tested with `node --test` (scripts/test.sh). No stack file of the user's is read: the
+directories say which entities there are."""
 from __future__ import annotations
 
 import json
@@ -16,7 +20,7 @@ import pytest
 from components.entity_image import DOCKERFILE, GENERATED_LANGUAGES, context_files, generated_dockerfile
 from infra.delivery import base_images
 from infra.config import DIGEST_REF, Language
-from tests.promoted import validate_config  # prod as its first promotion writes it
+from tests.stacks import validate_config  # the base fixture pair, prod as its first promotion writes it
 from infra.versions import IMAGES, digest_of, tag_of
 from tests.conftest import ROOT, STACKS
 
@@ -25,28 +29,56 @@ EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 NEWER_THAN_NODE12 = re.compile(r"\?\.|\?\?|\.at\(|\.replaceAll\(|Object\.hasOwn|structuredClone|^\s*import\s", re.M)
 
 
-def entity_dirs() -> dict[str, str]:
-    """Every entity source directory either stack file names (CloudStation's own included) and
-    its language."""
-    dirs = {}
-    for stack in STACKS:
-        config = validate_config(stack)
-        state = config.platform.project_state
-        dirs[state.source] = state.language.value
-        dirs.update((e.source, e.language.value) for project in config.projects for e in project.entities)
-    return dict(sorted(dirs.items()))
+def entity_directories() -> set[str]:
+    """Every directory below entities/ that holds an entity: a .proto beside a Dockerfile or package.json."""
+    return {
+        path.parent.relative_to(ROOT).as_posix()
+        for path in (ROOT / "entities").rglob("*.proto")
+        if "node_modules" not in path.parts
+        and ((path.parent / DOCKERFILE).is_file() or (path.parent / "package.json").is_file())
+    }
 
 
-LANGUAGES = entity_dirs()
+def language_of(directory: Path) -> str:
+    """An entity directory's language as far as these checks need it: `javascript` (a package.json),
+    `java` (a Maven or Gradle build), else "" (another language, which brings its own Dockerfile)."""
+    if (directory / "package.json").is_file():
+        return "javascript"
+    if any((directory / name).is_file() for name in ("pom.xml", "build.gradle", "build.gradle.kts")):
+        return "java"
+    return ""
+
+
+LANGUAGES = {source: language_of(ROOT / source) for source in sorted(entity_directories())}
+"""Every entity directory below entities/ and its language, read from its files."""
 ENTITY_DIRS = list(LANGUAGES)
 JAVASCRIPT_DIRS = [source for source, language in LANGUAGES.items() if language == "javascript"]
 
 
-def dockerfile_text(source: str) -> str:
-    """The entity's own Dockerfile, or the one the program generates for an entity without one
-    (infra/delivery.py `entity_dockerfile`; base images unmirrored)."""
+def builds(languages: tuple[str, ...] | None = None) -> list:
+    """(source, generated) of each Dockerfile an entity directory (of `languages`) builds with: the
+    one the program uses (its own, else the generated one; id: the source), and for a directory
+    with its own Dockerfile in a language the program generates one for, the generated one too
+    (id: `<source>:generated`)."""
+    found = []
+    for source, language in LANGUAGES.items():
+        if languages is not None and language not in languages:
+            continue
+        found.append(pytest.param(source, False, id=source))
+        if (ROOT / source / DOCKERFILE).is_file() and language in GENERATED_LANGUAGES:
+            found.append(pytest.param(source, True, id=f"{source}:generated"))
+    return found
+
+
+BUILDS = builds()
+JAVASCRIPT_BUILDS = builds(("javascript",))
+
+
+def dockerfile_text(source: str, generated: bool = False) -> str:
+    """The entity's own Dockerfile, or (`generated`, or an entity without one) the one the program
+    generates for it (infra/delivery.py `entity_dockerfile`; base images unmirrored)."""
     own = ROOT / source / DOCKERFILE
-    if own.is_file():
+    if own.is_file() and not generated:
         return own.read_text()
     assert LANGUAGES[source] in GENERATED_LANGUAGES, f"{source}: no Dockerfile, and none is generated for {LANGUAGES[source]}"
     return generated_dockerfile(LANGUAGES[source], base_images(None))
@@ -87,21 +119,23 @@ def copy_sources(text: str) -> list[str]:
     return sources
 
 
-def entity_directories() -> set[str]:
-    """Every directory below entities/ that holds an entity: a .proto beside a Dockerfile or package.json."""
-    return {
-        path.parent.relative_to(ROOT).as_posix()
-        for path in (ROOT / "entities").rglob("*.proto")
-        if "node_modules" not in path.parts
-        and ((path.parent / DOCKERFILE).is_file() or (path.parent / "package.json").is_file())
-    }
-
-
-def test_every_entity_directory_is_one_the_stack_files_build():
-    """So each is checked below (and by scripts/test.sh's `node --test`): none is left unchecked."""
+def test_every_entity_directory_is_checked_with_the_language_its_stack_file_declares():
+    """Each directory below entities/ is checked below (and by scripts/test.sh's `node --test`),
+    whichever stack file names it; the language read from its files is the one the fixture
+    stacks declare for the entities they share (so a user's own is checked as its kind)."""
     found = entity_directories()
     assert found, "no entity directory found below entities/"
-    assert sorted(found - set(ENTITY_DIRS)) == []
+    assert found <= set(ENTITY_DIRS)
+    declared = {}
+    for stack in STACKS:
+        config = validate_config(stack)
+        declared.update((e.source, e.language.value) for project in config.projects for e in project.entities)
+        declared[config.platform.project_state.source] = config.platform.project_state.language.value
+    shared = found & declared.keys()
+    assert shared, "the fixture stacks build none of the entities below entities/"
+    assert {source: language_of(ROOT / source) for source in shared} == {source: declared[source] for source in shared}
+    # The generated Dockerfile is checked below on real entities too, whether or not one lacks its own.
+    assert any(param.values[1] for param in BUILDS)
 
 
 @pytest.mark.parametrize("source", ENTITY_DIRS)
@@ -119,13 +153,13 @@ def test_each_entity_has_a_dockerfile_an_ignore_file_and_its_proto(source):
         assert 'import "cloudstate/entity_key.proto";' in proto.read_text(), proto.name
 
 
-@pytest.mark.parametrize("source", ENTITY_DIRS)
-def test_base_images_are_the_pins_of_versions_py(source):
+@pytest.mark.parametrize(("source", "generated"), BUILDS)
+def test_base_images_are_the_pins_of_versions_py(source, generated):
     # IMAGES: each pin with the digest recorded for its tag (infra/image-digests.yaml); BuildKit
     # pulls `FROM repo:tag@sha256:…` by the digest, so the base cannot change under the tag.
     pinned = set(IMAGES.values())
     names: set[str] = set()
-    for stage in stages(dockerfile_text(source)):
+    for stage in stages(dockerfile_text(source, generated)):
         words = stage[0][1].split()
         image = words[0]
         if image not in names:  # FROM <earlier stage> is not a base image
@@ -135,9 +169,9 @@ def test_base_images_are_the_pins_of_versions_py(source):
             names.add(words[2])
 
 
-@pytest.mark.parametrize("source", ENTITY_DIRS)
-def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source):
-    final = stages(dockerfile_text(source))[-1]
+@pytest.mark.parametrize(("source", "generated"), BUILDS)
+def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source, generated):
+    final = stages(dockerfile_text(source, generated))[-1]
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users, f"{source}: the final stage sets no USER"
     uid, _, gid = users[-1].partition(":")
@@ -148,9 +182,9 @@ def test_the_image_runs_as_a_numeric_non_root_user_and_listens_on_port(source):
     assert ("EXPOSE", "8080") in final
 
 
-@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
-def test_the_javascript_entrypoint_reads_port(source):
-    final = stages(dockerfile_text(source))[-1]
+@pytest.mark.parametrize(("source", "generated"), JAVASCRIPT_BUILDS)
+def test_the_javascript_entrypoint_reads_port(source, generated):
+    final = stages(dockerfile_text(source, generated))[-1]
     command = json.loads(next(rest for keyword, rest in reversed(final) if keyword == "CMD"))
     assert command[0] == "node"
     entrypoint = ROOT / source / command[1]
@@ -163,11 +197,11 @@ def test_the_javascript_entrypoint_reads_port(source):
     assert "process.env.PORT" in entrypoint.read_text(), f"{command[1]} does not read PORT"
 
 
-@pytest.mark.parametrize("source", ENTITY_DIRS)
-def test_the_ignore_file_keeps_exactly_what_the_image_copies(source):
+@pytest.mark.parametrize(("source", "generated"), BUILDS)
+def test_the_ignore_file_keeps_exactly_what_the_image_copies(source, generated):
     directory = ROOT / source
     kept = set(context_files(directory))
-    copied = copy_sources(dockerfile_text(source))
+    copied = copy_sources(dockerfile_text(source, generated))
 
     def under(path: str, copy: str) -> bool:
         return copy == "" or path == copy or path.startswith(copy + "/")
@@ -234,11 +268,11 @@ def reached(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("source", JAVASCRIPT_DIRS)
-def test_a_test_stage_runs_the_tests_and_the_image_depends_on_it(source):
+@pytest.mark.parametrize(("source", "generated"), JAVASCRIPT_BUILDS)
+def test_a_test_stage_runs_the_tests_and_the_image_depends_on_it(source, generated):
     """BuildKit and kaniko build only the stages the target needs, so the test stage counts only if
     the final stage reaches it; its base is the "node-test" pin (Node >= 18 for `node --test`)."""
-    text = dockerfile_text(source)
+    text = dockerfile_text(source, generated)
     names = stage_names(text)
     assert "test" in names, f"{source}: no stage named test"
     test_stage = stages(text)[names.index("test")]

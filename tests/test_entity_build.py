@@ -679,13 +679,11 @@ def e2e_props(cluster, context: Path) -> dict:
 
 @pytest.fixture
 def cluster(tmp_path):
-    from components.build_job import POD_SECURITY_LEVEL
     from tests.fake_executor import build_cluster
 
     contexts: dict = {}
     with build_cluster(tmp_path / "cluster", contexts, registry_host=REGISTRY_HOST, queues=[QUEUE], users=[SUBMITTER],
-                       namespace="cloudstation-builds", authorization=ARMADA_AUTH,
-                       pod_security=POD_SECURITY_LEVEL, builders=True) as built:
+                       authorization=ARMADA_AUTH, builders=True) as built:
         built.contexts = contexts
         yield built
 

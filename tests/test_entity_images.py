@@ -27,7 +27,7 @@ from infra.config import DIGEST_REF
 from infra.engine_paths import program_dir
 from cloudstation_tools.mocks import is_wrapped_secret
 from cloudstation_tools.render import ROOT
-from tests import promoted, unpinned
+from tests import stacks, unpinned
 
 DOCKER_IMAGE = "docker:index/image:Image"
 
@@ -245,10 +245,10 @@ def test_config_accepts_javascript_and_java_without_a_dockerfile(tmp_path):
 
 
 def test_the_project_name_platform_is_reserved_for_project_state():
-    values = render.StackFile.read("test").values
+    values = stacks.read("test").values
     values["cloudstation:projects"] = values["cloudstation:projects"].replace('"name": "shop"', '"name": "platform"')
     with pytest.raises(stack_config.ConfigError, match=r"projects\[0\]\.name: 'platform' — 'platform' is reserved"):
-        stack_config.load(values, root=ROOT)
+        stacks.load(values)
 
 
 # --- the component and entity_images under mocks ----------------------------------------------
@@ -314,7 +314,7 @@ def test_entity_image_omits_the_platform_unless_one_is_set(mocked):
 
 
 def registry_values(**registry) -> dict:
-    values = render.StackFile.read("test").values
+    values = stacks.read("test").values
     platform = json.loads(values["cloudstation:platform"])
     platform["registry"] = {**platform.get("registry", {}), **registry}
     if "buildPlatform" in registry:
@@ -323,20 +323,20 @@ def registry_values(**registry) -> dict:
 
 
 def test_build_platform_defaults_to_unset():
-    assert render.validate_config("test").platform.registry.build_platform is None
-    assert stack_config.load(registry_values(), root=ROOT).platform.registry.build_platform is None
+    assert stacks.validate_config("test").platform.registry.build_platform is None
+    assert stacks.load(registry_values()).platform.registry.build_platform is None
 
 
 @pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64", "linux/arm/v7", "linux/riscv64"])
 def test_build_platform_accepts_os_arch_and_variant(platform):
-    config = stack_config.load(registry_values(buildPlatform=platform), root=ROOT)
+    config = stacks.load(registry_values(buildPlatform=platform))
     assert config.platform.registry.build_platform == platform
 
 
 @pytest.mark.parametrize("platform", ["amd64", "linux/amd64,linux/arm64", "Linux/ARM64", "linux/arm/v7/x", "", "linux/"])
 def test_a_bad_build_platform_is_a_config_error_naming_the_key(platform):
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_config.load(registry_values(buildPlatform=platform), root=ROOT)
+        stacks.load(registry_values(buildPlatform=platform))
     [problem] = error.value.problems
     assert problem.startswith(f"cloudstation:platform.registry.buildPlatform: {platform!r} — must be one platform os/arch[/variant]")
 
@@ -348,12 +348,12 @@ def local_test_render() -> render.Rendered:
     """The test stack with `platform.builds.mode: local`: pulumi-docker builds, as before in-cluster
     builds (tests/test_builds_program.py covers `armada`, the default where Armada runs)."""
     if "test" not in _LOCAL:
-        _LOCAL["test"] = render.render("test", stack_file=local_stack_file())
+        _LOCAL["test"] = stacks.render("test", stack_file=local_stack_file())
     return _LOCAL["test"]
 
 
 def local_stack_file(values: dict | None = None) -> render.StackFile:
-    stack_file = render.StackFile.read("test")
+    stack_file = stacks.read("test")
     if values is not None:
         stack_file.values = values
     platform = json.loads(stack_file.values["cloudstation:platform"])
@@ -363,7 +363,7 @@ def local_stack_file(values: dict | None = None) -> render.StackFile:
 
 def test_a_set_build_platform_reaches_every_image():
     stack_file = local_stack_file(registry_values(buildPlatform="linux/arm64"))
-    rendered = render.render("test", stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     builds = [r.inputs["build"] for r in rendered.of_type(DOCKER_IMAGE)]
     assert builds and {build.get("platform") for build in builds} == {"linux/arm64"}
 
@@ -387,7 +387,7 @@ def entity_keys(config: stack_config.StackConfig) -> set[str]:
 
 
 def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
-    config = promoted.validate_config(rendered.stack)
+    config = stacks.validate_config(rendered.stack)
     if rendered.stack == "test":
         rendered = local_test_render()
     built = {r.name for r in rendered.of_type(DOCKER_IMAGE)}
@@ -402,7 +402,7 @@ def test_test_stack_builds_one_image_per_entity_and_prod_builds_none(rendered):
 
 
 def test_images_output_is_every_entity_digest_pinned_on_the_pull_host(rendered):
-    config = promoted.validate_config(rendered.stack)
+    config = stacks.validate_config(rendered.stack)
     images = rendered.outputs["images"]
     assert set(images) == entity_keys(config)
     pull_host = rendered.outputs["registry"]["pullHost"]
@@ -413,7 +413,7 @@ def test_images_output_is_every_entity_digest_pinned_on_the_pull_host(rendered):
 
 def test_test_stack_tags_are_the_content_hash_of_each_source(rendered_stacks):
     rendered = local_test_render()
-    config = render.validate_config("test")
+    config = stacks.validate_config("test")
     for project, entity in delivery.all_entities(config):
         _, text = delivery.entity_dockerfile(ROOT, project, entity, config.platform.image_mirror)
         tag = content_tag(ROOT / entity.source, text)
@@ -434,7 +434,7 @@ def test_in_cluster_build_tags_hash_the_source_and_the_builder(rendered_stacks):
     so a builder bump is a new tag the registry lacks, and the provider builds it."""
     from components import build_job
 
-    config = render.validate_config("test")
+    config = stacks.validate_config("test")
     assert config.platform.build_mode == "armada"
     builder = config.platform.builds.rebuild_key()
     assert builder == build_job.builder_key(versions.image(build_job.BUILDER_IMAGE), versions.image(build_job.FETCH_IMAGE))
@@ -453,26 +453,26 @@ def test_in_cluster_build_tags_hash_the_source_and_the_builder(rendered_stacks):
 
 
 def test_prod_deploys_exactly_the_images_of_its_stack_file(rendered_stacks):
-    config = promoted.validate_config("prod")
+    config = stacks.validate_config("prod")
     images = rendered_stacks["prod"].outputs["images"]
     assert images == {f"{project}/{entity.name}": entity.image for project, entity in delivery.all_entities(config)}
 
 
 def test_a_test_entity_with_an_image_is_not_built():
-    stack_file = render.StackFile.read("test")
+    stack_file = stacks.read("test")
     given = "localhost:32000/shop/cart:given@sha256:" + "b" * 64
     stack_file.values["cloudstation:projects"] = stack_file.values["cloudstation:projects"].replace(
         '"source": "entities/shop/cart"', f'"source": "entities/shop/cart", "image": "{given}"'
     )
-    rendered = render.render("test", stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     assert "image-shop-cart-image" not in {r.name for r in rendered.of_type(DOCKER_IMAGE)}
     assert rendered.outputs["images"]["shop/cart"] == given
 
 
 def test_prod_names_every_entity_without_an_image():
-    stack_file = promoted.read("prod")
+    stack_file = stacks.read("prod")
     stack_file.values["cloudstation:projects"] = re.sub(
         r', "image": "[^"]+"', "", stack_file.values["cloudstation:projects"], count=1
     )
     with pytest.raises(stack_config.ConfigError, match=r"projects\[0\]\.entities\[0\]\.image: \(not set\) — a prod entity"):
-        render.render("prod", stack_file=stack_file)
+        stacks.render("prod", stack_file=stack_file)

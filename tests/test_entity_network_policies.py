@@ -18,11 +18,9 @@ name; its store endpoint is derived from the stack's config, not from the new po
 from __future__ import annotations
 
 import copy
-import functools
 import ipaddress
 import re
 from typing import Optional
-from unittest import mock
 
 import pytest
 
@@ -32,8 +30,8 @@ from components.project_environment import (
     ENTITIES_POLICY, MANAGEMENT_PORT, PROXY_PORT, REMOTING_PORT, SERVICE_LABEL, entities_network_policy_spec,
 )
 from infra import config as stack_config
-from tests import cloudstate_variants
-from tests.armada_variants import config_of as stack_file_config
+from tests import stacks
+from tests.stacks import config_of as stack_file_config
 from tests.conftest import ROOT, objects
 from tests.test_monitoring import MONITORED, stack as monitored_stack
 from tests.test_network_policies import (
@@ -42,7 +40,7 @@ from tests.test_network_policies import (
 
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 VARIANTS = ("non-owner", "owner-external-cassandra")
-"""CloudState variants with a managed Cassandra and external stores (tests/cloudstate_variants.py)."""
+"""CloudState variants with a managed Cassandra and external stores (tests/stacks/)."""
 
 
 def old_entity_network_policy_spec(
@@ -67,29 +65,11 @@ def old_entity_network_policy_spec(
 # --- the stacks, and their policies as they were -----------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
 def variant_render(name: str) -> render.Rendered:
-    return cloudstate_variants.variant(name)
-
-
-@functools.lru_cache(maxsize=None)
-def variant_config(name: str) -> stack_config.StackConfig:
-    """The config a CloudState variant is rendered from: its stack file, caught on its way to
-    `render.render` (the variant's own function, uncached, with the render itself left out)."""
-    caught = {}
-
-    def catch(stack: str, stack_file: render.StackFile, **_) -> None:
-        caught["file"] = stack_file
-
-    with mock.patch.object(render, "render", catch):
-        cloudstate_variants.variant.__wrapped__(name)
-    return stack_config.load(caught["file"].values, root=ROOT)
+    return stacks.rendered(name)
 
 
 def config_of(rendered: render.Rendered) -> stack_config.StackConfig:
-    for name in VARIANTS:
-        if rendered is variant_render(name):
-            return variant_config(name)
     return stack_file_config(rendered)
 
 
@@ -259,10 +239,10 @@ def test_the_shared_policy_name_is_no_entitys():
     the config refuses either name with a dot, and the shared policy's has one (a NetworkPolicy name
     is a DNS subdomain, so it may)."""
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+", ENTITIES_POLICY)
-    state = cloudstate_variants.edited("test", platform=lambda p: {**p, "projectState": {"name": ENTITIES_POLICY}})
+    state = stacks.edited("test", platform=lambda p: {**p, "projectState": {"name": ENTITIES_POLICY}})
     with pytest.raises(stack_config.ConfigError, match=re.escape(f"platform.projectState.name: '{ENTITIES_POLICY}'")):
         stack_config.load(state.values)
-    entity = cloudstate_variants.edited(
+    entity = stacks.edited(
         "test", projects=lambda projects: [{**projects[0], "entities": [{**projects[0]["entities"][0], "name": "a.b"}]}])
     with pytest.raises(stack_config.ConfigError, match=re.escape("projects[0].entities[0].name: 'a.b'")):
         stack_config.load(entity.values)

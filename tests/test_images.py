@@ -19,7 +19,7 @@ from components import registry as registry_component
 from infra import cluster_sharing, image_pins, stack_images, versions
 from infra import config as stack_config
 from cloudstation_tools import checks, cli, pin_images, render
-from tests import promoted
+from tests import stacks
 from tests.conftest import ROOT, STACKS, find, objects, pod_spec
 from tests.registry_server import build_oci_image
 
@@ -194,10 +194,10 @@ def test_a_mirror_keeps_the_tag_and_the_digest():
 
 def test_a_mirrored_stack_runs_every_platform_image_from_the_mirror_by_digest():
     mirror = "mirror.example:5000/hub"
-    stack_file = render.StackFile.read("test")
+    stack_file = stacks.read("test")
     platform = json.loads(stack_file.values["cloudstation:platform"])
     stack_file.values["cloudstation:platform"] = json.dumps({**platform, "imageMirror": mirror})
-    rendered = render.render("test", ROOT, stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     seen = check_platform_images(rendered, mirror)
     assert {"registry", "postgres", "redis", "pulsar", "armada-server"} <= seen
     assert all(versions.digest_of(expected_ref(n, mirror)) for n in seen if n in versions.load_digests())
@@ -225,7 +225,7 @@ def test_the_registry_serves_the_config_it_mounts(rendered_stacks):
 def with_opt_out(stack: str, names) -> render.StackFile:
     """The stack file (prod as promoted) with `platform.images.allowUnpinned` set to `names`
     (None: the key removed)."""
-    stack_file = promoted.read(stack)
+    stack_file = stacks.read(stack)
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform.pop("images", None)
     if names is not None:
@@ -235,7 +235,7 @@ def with_opt_out(stack: str, names) -> render.StackFile:
 
 
 def load_file(stack: str, stack_file: render.StackFile) -> stack_config.StackConfig:
-    return stack_config.load(stack_file.values, root=ROOT, source=f"Pulumi.{stack}.yaml",
+    return stacks.load(stack_file.values, source=f"Pulumi.{stack}.yaml",
                              secret_keys=stack_file.secret_keys)
 
 
@@ -257,8 +257,11 @@ def test_a_stack_refuses_every_image_it_would_pull_by_tag_at_once_naming_the_com
     prod that is the proxies its entity pods run, which the owner's operator names."""
     expected = unpinned(rendered_stacks[stack])
     assert expected  # the operator, proxies, Armada, kaniko; prod: the proxies of its entities
-    if stack == "prod":
-        assert expected == ["cloudstate-proxy-no-store", "cloudstate-proxy-postgres"]
+    if stack == "prod":  # the proxy of each store its entities use (project-state's too), and the store-less one
+        config = stacks.validate_config("prod")
+        stores = {p.store for p in config.projects} | {config.platform.project_state_store}
+        assert stores == {"postgres", "cassandra"}
+        assert expected == sorted({"cloudstate-proxy-no-store", *(f"cloudstate-proxy-{store}" for store in stores)})
     for names in (None, []):
         with pytest.raises(stack_config.ConfigError) as caught:
             load_file(stack, with_opt_out(stack, names))
@@ -272,9 +275,12 @@ def test_a_stack_refuses_every_image_it_would_pull_by_tag_at_once_naming_the_com
         assert "the operator of stack 'test'" in problem
 
 
-def test_the_program_refuses_before_any_resource(mocked):
+def test_the_program_refuses_before_any_resource(mocked, monkeypatch):
     import runpy
     import pulumi
+    from infra import context
+
+    monkeypatch.setattr(context, "STACK_DIR", stacks.DIR)  # the stack files beside it: the fixtures'
 
     stack_file = with_opt_out("test", ["kaniko"])
     pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
@@ -288,14 +294,20 @@ def test_the_program_refuses_before_any_resource(mocked):
     assert mocked.registrations == []
 
 
+@pytest.mark.parametrize("pair", ["rendered_stacks", pytest.param("example_rendered", marks=pytest.mark.example_stacks)])
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_example_stacks_opt_out_of_exactly_the_pins_they_run_by_tag(rendered_stacks, stack):
-    config = promoted.validate_config(stack)
-    assert sorted(config.platform.images.allow_unpinned) == unpinned(rendered_stacks[stack])
+def test_the_example_stacks_opt_out_of_exactly_the_pins_they_run_by_tag(request, pair, stack):
+    """The base fixture pair, and the example stack files as shipped (prod as promoted, both)."""
+    rendered = request.getfixturevalue(pair)[stack]
+    if pair == "rendered_stacks":
+        config = stacks.validate_config(stack)
+    else:
+        config = render.validate_config(stack, ROOT, require_images=False)
+    assert sorted(config.platform.images.allow_unpinned) == unpinned(rendered)
 
 
 def test_the_opt_out_covers_only_the_pins_it_names():
-    listed = promoted.validate_config("test").platform.images.allow_unpinned
+    listed = stacks.validate_config("test").platform.images.allow_unpinned
     with pytest.raises(stack_config.ConfigError) as caught:
         load_file("test", with_opt_out("test", [n for n in listed if n != "kaniko"]))
     [problem] = caught.value.problems
@@ -339,8 +351,8 @@ def test_a_digest_recorded_later_runs_by_digest_and_its_opt_out_must_go(monkeypa
     monkeypatch.setitem(versions.RECORDS, "kaniko", record)
     monkeypatch.setitem(versions.IMAGES, "kaniko", versions.pinned("kaniko"))
     with pytest.raises(stack_config.ConfigError, match=r"allowUnpinned\[\d+\]: 'kaniko' — has a digest recorded"):
-        load_file("test", promoted.read("test"))
-    listed = json.loads(promoted.read("test").values["cloudstation:platform"])["images"]["allowUnpinned"]
+        load_file("test", stacks.read("test"))
+    listed = json.loads(stacks.read("test").values["cloudstation:platform"])["images"]["allowUnpinned"]
     stack_file = with_opt_out("test", [n for n in listed if n != "kaniko"])
     config = load_file("test", stack_file)
     [kaniko] = [i for i in stack_images.images(config, None) if i.name == "kaniko"]
@@ -355,20 +367,20 @@ def stack_cases() -> dict[str, render.StackFile]:
     """Stack files whose images are compared with their renders: the examples, prod on a cluster of
     its own, and test with monitoring, a mirror, Binoculars, local builds, Cassandra, backups to S3
     and external stores."""
-    from tests import armada_variants, cloudstate_variants
+    from tests import stacks
 
     def platform(**changes):
         return lambda old: {**old, **changes}
 
     return {
-        "test": promoted.read("test"),
-        "prod": promoted.read("prod"),
-        armada_variants.OWN_CLUSTER: armada_variants.stack_file(armada_variants.OWN_CLUSTER),
-        "test-monitored-mirrored": cloudstate_variants.edited(
+        "test": stacks.read("test"),
+        "prod": stacks.read("prod"),
+        stacks.OWN_CLUSTER: stacks.stack_file(stacks.OWN_CLUSTER),
+        "test-monitored-mirrored": stacks.edited(
             "test", platform=lambda old: {**old, "monitoring": {"enabled": True}, "imageMirror": "mirror.example:5000/hub",
                                           "armada": {**old["armada"], "binoculars": {"enabled": True}},
                                           "builds": {**old["builds"], "image": BUILDER_OVERRIDE}}),
-        "test-local-cassandra-backups": cloudstate_variants.edited(
+        "test-local-cassandra-backups": stacks.edited(
             "test", platform=lambda old: {**old, "builds": {"mode": "local"}, "projectStateStore": "cassandra",
                                           "stores": {**old["stores"], "cassandra": {"mode": "managed"},
                                                      "backups": {"target": "s3", "s3": {
@@ -376,7 +388,7 @@ def stack_cases() -> dict[str, render.StackFile]:
                                                          "bucket": "backups", "region": "eu-west-1",
                                                          "credentialsSecret": {"namespace": "ops", "name": "s3"},
                                                          "cidrs": ["52.218.0.0/17"]}}}}),
-        "prod-external-postgres": cloudstate_variants.edited(
+        "prod-external-postgres": stacks.edited(
             "prod", platform=platform(stores={"postgres": {
                 "mode": "external", "host": "pg.example.internal", "cidrs": ["10.20.30.40/32"],
                 "credentialsSecret": {"namespace": "ops", "name": "pg-login"}}})),
@@ -387,7 +399,7 @@ def stack_cases() -> dict[str, render.StackFile]:
 def test_the_images_config_validation_checks_are_exactly_what_the_render_runs(case, rendered_stacks):
     """infra/stack_images.py decides from the config alone (before anything is registered) which pins
     a stack runs; it must be what the program then renders, proxies and build pods included."""
-    from tests import armada_variants
+    from tests import stacks
 
     stack = "prod" if case.startswith("prod") else "test"
     stack_file = stack_cases()[case]
@@ -395,11 +407,11 @@ def test_the_images_config_validation_checks_are_exactly_what_the_render_runs(ca
     mirror = config.platform.image_mirror
     if case in rendered_stacks:
         rendered = rendered_stacks[case]
-    elif case == armada_variants.OWN_CLUSTER:
-        rendered = armada_variants.variant(case)
+    elif case == stacks.OWN_CLUSTER:
+        rendered = stacks.rendered(case)
     else:
-        rendered = render.render(stack, stack_file=with_opt_out_of_all(stack, stack_file))
-    owner = None if config.platform.owns_cluster_resources else cluster_sharing.owner_config(config, ROOT)
+        rendered = stacks.render(stack, stack_file=with_opt_out_of_all(stack, stack_file))
+    owner = None if config.platform.owns_cluster_resources else cluster_sharing.owner_config(config, stacks.DIR)
     declared: dict[str, set[str]] = {}
     for image in stack_images.images(config, owner):
         declared.setdefault(image.name, set()).add(image.ref)
@@ -453,7 +465,8 @@ def probe(tmp_path, registry, monkeypatch):
 
 
 def run_pin_images(capsys, *args) -> tuple[int, str, str]:
-    code = cli.main(["pin-images", *args])
+    # The stack files whose opt-outs it names: the fixture pair's (tests/stacks/), not the user's.
+    code = cli.main(["pin-images", *args, *([] if "--root" in args else ["--root", str(stacks.DIR)])])
     out, err = capsys.readouterr()
     return code, out, err
 

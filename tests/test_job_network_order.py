@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cloudstation_tools.mocks import Registration
-from tests import armada_variants, cloudstate_variants
+from tests import stacks
 
 WORKLOADS = ("kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob")
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -90,10 +90,10 @@ def test_jobs_start_after_the_policies_that_admit_them(rendered):
     assert unordered(rendered) == []
 
 
-@pytest.mark.parametrize("name", ["non-owner", "owner-external-cassandra", armada_variants.OWN_CLUSTER])
+@pytest.mark.parametrize("name", ["non-owner", "owner-external-cassandra", stacks.OWN_CLUSTER])
 def test_jobs_of_other_store_modes_start_after_their_policies(name):
     """Managed Cassandra's auth Job, an external PostgreSQL's database Job, Armada on its own cluster."""
-    rendered = (armada_variants.variant(name) if name == armada_variants.OWN_CLUSTER
-                else cloudstate_variants.variant(name))
+    rendered = (stacks.rendered(name) if name == stacks.OWN_CLUSTER
+                else stacks.rendered(name))
     assert [r for r in rendered.registrations if r.type in WORKLOADS]
     assert unordered(rendered) == []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cloudstation_tools import engine, mocks, render
-from tests import promoted
+from tests import stacks
 from tests.test_engine_replacements import _changed, _object
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def test_rotating_generated_passwords_keeps_the_kept_secrets_in_the_state(render
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mocks, "_random_password", _rotated(mocks._random_password))
         patch.setattr(mocks, "_kept_secret", _rotated(mocks._kept_secret))
-        after = _graph(render.render(stack, stack_file=promoted.read(stack)))  # prod: as promoted
+        after = _graph(stacks.render(stack, stack_file=stacks.read(stack)))  # prod: as promoted
     changes = engine.changes(before, after)
     kept = [c for c in changes if c.new.kind == "Secret" and c.old.options.get("retainOnDelete")]
     assert kept, "no kept Secret changed: the rotation did not reach them"
@@ -110,8 +110,8 @@ def test_every_kept_secret_applies_the_values_read_back_from_it(rendered_stacks,
     """A kept Secret's generated values come from a KeptSecret of that very Secret (components/kept_secret.py:
     read back when the Secret exists), never from a RandomPassword, whose new values a stack deployed
     again would apply over the kept ones (a server-side apply conflict, and a store refusing its clients).
-    `non-owner` runs its project on a managed Cassandra (tests/cloudstate_variants.py)."""
-    from tests.cloudstate_variants import variant
+    `non-owner` runs its project on a managed Cassandra (tests/stacks/)."""
+    from tests.stacks import rendered as variant
 
     rendered = rendered_stacks[stack] if stack in rendered_stacks else variant(stack)
     by_urn = {r.urn: r for r in rendered.registrations}
@@ -135,9 +135,9 @@ def test_every_kept_secret_applies_the_values_read_back_from_it(rendered_stacks,
     ({"renderYamlToDirectory": "rendered/test"}, {"cluster": False}),  # no cluster: the current context may be another one
 ])
 def test_kept_secrets_read_the_cluster_the_stacks_provider_deploys_to(kubernetes, reads):
-    from tests.cloudstate_variants import edited
+    from tests.stacks import edited
 
-    rendered = render.render("test", stack_file=edited("test", kubernetes=lambda _old: kubernetes))
+    rendered = stacks.render("test", stack_file=edited("test", kubernetes=lambda _old: kubernetes))
     readers = rendered.of_type(KEPT_SECRET)
     assert len(readers) == len(_kept_secrets(rendered)) > 0
     for reader in readers:
@@ -155,7 +155,7 @@ def test_a_stack_deployed_over_kept_secrets_applies_exactly_what_they_hold(tmp_p
     from components import kept_secret, kube_tunnel
     from tests.fake_kube_api import FakeKubeApi
 
-    first = render.render("test")  # which Secrets the stack keeps, and what it generates in them
+    first = stacks.render("test")  # which Secrets the stack keeps, and what it generates in them
     with FakeKubeApi() as api:
         monkeypatch.setenv("KUBECONFIG", str(api.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.setattr(kube_tunnel, "_configurations", {})
@@ -169,7 +169,7 @@ def test_a_stack_deployed_over_kept_secrets_applies_exactly_what_they_hold(tmp_p
             held[key] = values
             api.add_secret(*key, {**values, "username": "kept"})
         host = DynamicProviderHost(types=is_kept_secret)
-        again = render.render("test", mocks=ProgramMocks(dynamic=host))
+        again = stacks.render("test", mocks=ProgramMocks(dynamic=host))
     assert sorted(host.calls_of("create")) == sorted(r.name for r in first.of_type(KEPT_SECRET))
     kept = _kept_secrets(again)
     assert set(kept) == set(held)
@@ -188,7 +188,7 @@ def test_a_preview_of_new_kept_secrets_has_unknown_values_and_the_program_copes(
     from pulumi.output import Unknown
 
     monkeypatch.setattr(mocks, "_kept_secret", lambda name: lambda inputs: {"values": rpc.UNKNOWN})
-    rendered = render.render("test", preview=True)
+    rendered = stacks.render("test", preview=True)
     kept = _kept_secrets(rendered)
     assert kept
     for secret in kept.values():

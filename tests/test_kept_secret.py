@@ -13,7 +13,7 @@ import pytest
 
 from components import kept_secret, kube_tunnel
 from components.kept_secret import KeptSecretError, KeptSecretProvider
-from tests.fake_kube_api import FakeKubeApi
+from tests.fake_kube_api import FakeKubeApi, fresh_kube_configurations  # noqa: F401 (autouse fixture)
 
 NAMESPACE = "shop-prod"
 POSTGRES = {"namespace": NAMESPACE, "name": "shop-postgres-credentials", "lengths": {"password": 32}, "cluster": True}
@@ -21,14 +21,6 @@ REGISTRY = {"namespace": "cloudstation", "name": "registry-auth", "lengths": {"p
             "htpasswd": {"key": "htpasswd", "username": "pusher", "passwordKey": "password"}, "cluster": True}
 CASSANDRA = {"namespace": NAMESPACE, "name": "shop-cassandra-credentials",
              "lengths": {"password": 32, "lockout-password": 32}, "cluster": True}
-
-
-@pytest.fixture(autouse=True)
-def fresh_configurations():
-    """Each test loads its own kubeconfig (kube_tunnel caches one load per process)."""
-    kube_tunnel._configurations.clear()
-    yield
-    kube_tunnel._configurations.clear()
 
 
 @pytest.fixture
@@ -227,7 +219,7 @@ def test_the_values_are_secret_outputs():
     import pulumi
 
     from cloudstation_tools.mocks import ProgramMocks
-    from tests.test_kube_light import RequestMonitor, decoded
+    from tests.register_requests import RequestMonitor, decoded
 
     mocks = ProgramMocks()
     monitor = RequestMonitor(mocks)

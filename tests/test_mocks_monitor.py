@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from cloudstation_tools import render
 from cloudstation_tools.mocks import RecordingMonitor
-from tests import promoted
+from tests import stacks
 from tests.conftest import STACKS
 
 
@@ -27,7 +27,7 @@ def echoed(stack: str, preview: bool = False) -> render.Rendered:
     """`stack` rendered with the whole state echoed (prod from its promoted file, as conftest's)."""
     RecordingMonitor.echo_inputs = True
     try:
-        return render.render(stack, preview=preview, stack_file=promoted.read(stack) if stack == promoted.PROD else None)
+        return stacks.render(stack, preview=preview, stack_file=stacks.read(stack) if stack == stacks.PROD else None)
     finally:
         RecordingMonitor.echo_inputs = False
 
@@ -38,8 +38,8 @@ def test_answering_with_the_changes_only_yields_what_echoing_every_input_yields(
 
 
 def test_a_preview_is_the_same_both_ways():
-    stack = promoted.SOURCE
-    assert everything(render.render(stack, preview=True)) == everything(echoed(stack, preview=True))
+    stack = stacks.SOURCE
+    assert everything(stacks.render(stack, preview=True)) == everything(echoed(stack, preview=True))
 
 
 @pytest.mark.parametrize("preview", [False, True])
@@ -47,7 +47,7 @@ def test_the_answer_leaves_out_exactly_the_echoed_inputs_outside_preview(preview
     """The monitor's answer: outside preview the mocks' additions only (a generated password's
     result), nothing the inputs already said; in preview, where the SDK would read a left-out input
     as unknown (`resolve_outputs` fills inputs in only `if not settings.is_dry_run()`), the whole state."""
-    stack = promoted.SOURCE
+    stack = stacks.SOURCE
     answered: list[dict] = []
     original = RecordingMonitor.RegisterResource
 
@@ -59,7 +59,7 @@ def test_the_answer_leaves_out_exactly_the_echoed_inputs_outside_preview(preview
 
     RecordingMonitor.RegisterResource = spy
     try:
-        render.render(stack, preview=preview)
+        stacks.render(stack, preview=preview)
     finally:
         RecordingMonitor.RegisterResource = original
     objects = [a for a in answered if a["type"].startswith("kubernetes:") and a["inputs"]]

@@ -1,13 +1,12 @@
 """Monitoring (`platform.monitoring`, docs/monitoring.md), checked on rendered stacks with it on:
 the test stack file with `monitoring.enabled: true`, and prod on a cluster of its own as
-docs/armada.md's prod-size example writes it (tests/armada_variants.py). Every expectation is
+docs/armada.md's prod-size example writes it (tests/stacks/). Every expectation is
 derived from the rendered objects: which Armada services, stores and entity namespaces exist,
 which ports their containers name and what their configs say. With monitoring off (the example
 stack files), nothing of it is rendered."""
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
 import re
@@ -23,29 +22,20 @@ from components.monitoring import METRICS, MonitoringConfig, known_metric
 from components.project_environment import SERVICE_LABEL
 from infra import config as stack_config
 from cloudstation_tools import checks, render, validate
-from tests import cloudstate_variants, unpinned
-from tests.armada_variants import OWN_CLUSTER, variant
+from tests import stacks, unpinned
+from tests.stacks import OWN_CLUSTER, rendered as variant
 from tests.conftest import ROOT, objects, spec_violations
 from tests.test_network_policies import Pod, cluster_of, entity_pods
 
-MONITORED = "test-monitored"
+MONITORED = stacks.MONITORED
 STACKS = [MONITORED, OWN_CLUSTER]
 PROMETHEUS = Pod("monitoring", "prometheus-k8s-0", {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}, {})
 IMPOSTOR = Pod("monitoring", "grafana-0", {"app.kubernetes.io/name": "grafana"}, {})
 """Another pod of Prometheus' namespace: it must not reach the metrics ports."""
 
 
-def with_monitoring(monitoring: dict) -> render.StackFile:
-    """Pulumi.test.yaml with `platform.monitoring`; its exporters have no digest record yet, so the
-    stack names them in its opt-out as a lab cluster does (tests/unpinned.py)."""
-    return cloudstate_variants.edited("test", platform=lambda p: unpinned.opt_out({**p, "monitoring": monitoring}))
-
-
-@functools.lru_cache(maxsize=None)
 def stack(name: str) -> render.Rendered:
-    if name == MONITORED:
-        return render.render("test", stack_file=with_monitoring({"enabled": True}))
-    return variant(name)
+    return stacks.rendered(name)
 
 
 @pytest.fixture(params=STACKS)
@@ -54,7 +44,7 @@ def monitored(request) -> render.Rendered:
 
 
 def settings_of(rendered: render.Rendered) -> MonitoringConfig:
-    from tests.armada_variants import config_of
+    from tests.stacks import config_of
 
     if rendered is stack(MONITORED):
         return MonitoringConfig(enabled=True)
@@ -220,10 +210,8 @@ def test_the_registry_serves_metrics_on_its_debug_port_and_is_scraped_there(moni
 
 
 def stack_config_of(rendered: render.Rendered) -> stack_config.StackConfig:
-    from tests.armada_variants import config_of
+    from tests.stacks import config_of
 
-    if rendered is stack(MONITORED):
-        return stack_config.load(with_monitoring({"enabled": True}).values, root=ROOT)
     return config_of(rendered)
 
 
@@ -335,10 +323,10 @@ def test_a_scrape_peer_naming_prometheus_pods_but_no_namespace_is_refused():
 
 
 def test_bad_monitoring_config_is_a_clear_error():
-    base = with_monitoring({
+    base = stacks.with_monitoring({
         "enabled": True, "prometheusPodLabels": {}, "scrapeInterval": "soon", "resourceLabels": {"bad key!": "x"}})
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_config.load(base.values, root=ROOT)
+        stacks.load(base.values)
     message = str(error.value)
     for key in ("platform.monitoring.prometheusPodLabels", "platform.monitoring.scrapeInterval",
                 "platform.monitoring.resourceLabels"):
@@ -518,7 +506,7 @@ def test_nothing_monitoring_related_is_rendered_when_it_is_off(rendered):
 def test_monitoring_is_on_in_the_documented_prod_size_examples():
     """docs/armada.md's own-cluster example (rendered by the tests as `prod-own-cluster`) and
     docs/cloudstate.md's prod sizes turn monitoring on."""
-    from tests.armada_variants import own_cluster_example
+    from tests.stacks import own_cluster_example
 
     assert own_cluster_example()["cloudstation:platform"]["monitoring"]["enabled"] is True
     text = (ROOT / "docs" / "cloudstate.md").read_text()
@@ -554,6 +542,6 @@ def test_every_rendered_alert_is_documented_and_the_docs_example_validates(monit
     assert {rule["alert"] for _, rule in rules(monitored)} <= documented
     [block] = [b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "monitoring:" in b]
     example = yaml.safe_load(block)["cloudstation:platform"]["monitoring"]
-    loaded = stack_config.load(with_monitoring(example).values, root=ROOT)
+    loaded = stacks.load(stacks.with_monitoring(example).values)
     assert loaded.platform.monitoring.model_dump(by_alias=True, mode="json") == {
         **MonitoringConfig().model_dump(by_alias=True, mode="json"), **example}

@@ -3,7 +3,7 @@
 Both stack files are rendered into one cluster model (they share a cluster: prod pulls from the
 test stack's registry, and the test stack's Armada is the cluster's only one), with the pods their
 workloads and the CloudState operator create, the cluster DNS and the API server. Prod on a cluster
-of its own (tests/armada_variants.py, with its external Pulsar) is a second cluster model. A flow is allowed when the client's
+of its own (tests/stacks/, with its external Pulsar) is a second cluster model. A flow is allowed when the client's
 policies allow it as egress and the server's as ingress (Kubernetes semantics: a pod selected
 by no policy of a direction is open in that direction; policies add up). Every required flow of
 docs/network-policies.md must be allowed, and some that nothing needs must be denied. No rule is
@@ -28,8 +28,8 @@ from cloudstation_tools import render
 from cloudstation_tools import checks
 from cloudstation_tools.checks import pod_spec, selects
 from infra import public_egress
-from tests import cloudstate_variants, promoted
-from tests.armada_variants import OWN_CLUSTER, config_of, stack_file, variant
+from tests import stacks
+from tests.stacks import OWN_CLUSTER, config_of, stack_file, rendered as variant
 from tests.conftest import objects
 
 API_SERVER = "172.18.0.2"
@@ -365,7 +365,7 @@ def test_the_operator_reaches_only_the_api_server(rendered_stacks, cluster):
 
 def test_registry_admits_the_nodes_and_calls_nothing(rendered_stacks, cluster):
     registry = cluster.pod(rendered_stacks["test"].outputs["platformNamespace"], "registry")
-    config = render.validate_config("test").platform.registry
+    config = stacks.validate_config("test").platform.registry
     node = str(next(config.node_cidrs[0].hosts()))
     assert cluster.allowed(Address(node), registry, 5000)
     assert not cluster.allowed(Address(USER), registry, 5000)
@@ -509,7 +509,7 @@ def test_a_host_that_merely_contains_svc_is_outside_the_cluster(host):
         network.host_endpoint(host, 9000)
     backups = {"target": "s3", "s3": {"endpoint": f"http://{host}:9000", "bucket": "backups",
                                       "credentialsSecret": {"namespace": "ops", "name": "s3"}}}
-    stack_file = cloudstate_variants.edited("test", platform=lambda p: {**p, "stores": {**p.get("stores", {}), "backups": backups}})
+    stack_file = stacks.edited("test", platform=lambda p: {**p, "stores": {**p.get("stores", {}), "backups": backups}})
     with pytest.raises(stack_config.ConfigError) as error:
         stack_config.load(stack_file.values)
     assert "cloudstation:platform.stores.backups.s3" in str(error.value), str(error.value)
@@ -563,7 +563,7 @@ def test_the_simulator_denies_what_no_rule_allows():
 def test_cassandra_and_external_stores_on_variants():
     """A managed Cassandra (nodes gossip, the auth Job logs in, entities journal) and external
     servers (their configured CIDRs only, on their own port only)."""
-    non_owner = cloudstate_variants.variant("non-owner")  # shop on a managed Cassandra, project-state on external PostgreSQL
+    non_owner = stacks.rendered("non-owner")  # shop on a managed Cassandra, project-state on external PostgreSQL
     cluster = cluster_of({"test": non_owner})
     shop, platform = non_owner.outputs["projectNamespaces"]["shop"], non_owner.outputs["projectStateNamespace"]
     node = cluster.pod(shop, "shop-cassandra")
@@ -579,7 +579,7 @@ def test_cassandra_and_external_stores_on_variants():
         assert not cluster.allowed(client, Address("10.20.30.41"), 6432), client.name
         assert not cluster.allowed(client, Address(INTERNET), 6432), client.name
 
-    external = cloudstate_variants.variant("owner-external-cassandra")  # cidrs: [10.20.30.0/24, fd00:20:30::/64]
+    external = stacks.rendered("owner-external-cassandra")  # cidrs: [10.20.30.0/24, fd00:20:30::/64]
     cluster = cluster_of({"prod": external})
     cart = cluster.pod(external.outputs["projectNamespaces"]["shop"], "shop-cart")
     assert cluster.allowed(cart, Address("10.20.30.41"), 9042)
@@ -627,7 +627,7 @@ def all_renders(rendered_stacks) -> dict[str, render.Rendered]:
     return {
         **rendered_stacks,
         OWN_CLUSTER: variant(OWN_CLUSTER),
-        **{name: cloudstate_variants.variant(name) for name in ("non-owner", "owner-external-cassandra")},
+        **{name: stacks.rendered(name) for name in ("non-owner", "owner-external-cassandra")},
     }
 
 
@@ -635,7 +635,7 @@ def stack_values(name: str) -> dict[str, str]:
     """The config (as the engine passes it) a render of `all_renders` was made from: a stack file's,
     or for a CloudState variant the stack file it edits (which keeps its `builds` settings)."""
     base = {"non-owner": "test", "owner-external-cassandra": "prod"}.get(name, name)
-    return stack_file(OWN_CLUSTER).values if base == OWN_CLUSTER else promoted.read(base).values
+    return stack_file(OWN_CLUSTER).values if base == OWN_CLUSTER else stacks.read(base).values
 
 
 def public_egress_opt_in(name: str, rendered) -> Optional[public_egress.OptIn]:
@@ -682,7 +682,7 @@ def test_no_rule_is_open_to_every_peer(rendered_stacks):
 def custom_api_render() -> render.Rendered:
     """The test stack with a control plane of its own addresses and port, and Armada's user-facing
     ports opened to any source by the named opt-in."""
-    stack_file = cloudstate_variants.edited(
+    stack_file = stacks.edited(
         "test",
         platform=lambda platform: {
             **platform,
@@ -690,7 +690,7 @@ def custom_api_render() -> render.Rendered:
             "armada": {**platform.get("armada", {}), "userAccess": {"allowAnySource": True}},
         },
     )
-    return render.render("test", stack_file=stack_file)
+    return stacks.render("test", stack_file=stack_file)
 
 
 def api_clients(cluster: Cluster, namespaces: list[str]) -> list[Pod]:
@@ -834,7 +834,7 @@ def test_entity_pods_egress_is_exactly_dns_store_api_own_cluster_and_entity_prox
     ids=lambda value: "" if isinstance(value, str) else next(iter(value)),
 )
 def test_bad_addresses_are_clear_errors_naming_the_key(platform, message):
-    stack_file = cloudstate_variants.edited(
+    stack_file = stacks.edited(
         "test",
         platform=lambda old: {
             **old, **platform,
@@ -860,7 +860,7 @@ def test_the_config_examples_of_the_network_policies_page_validate():
     examples = [yaml.safe_load(b)["cloudstation:platform"] for b in blocks if b.startswith("cloudstation:platform:")]
     assert len(examples) >= 2
     for example in examples:
-        stack_file = cloudstate_variants.edited(
+        stack_file = stacks.edited(
             "test",
             platform=lambda old, example=example: {
                 **old, **example, "armada": {**old.get("armada", {}), **example.get("armada", {})},

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
 
-from cloudstation_tools import check, cli, preflight, stack_file
+from cloudstation_tools import check, preflight, stack_file
+from tests import stacks
 from tests.conftest import ROOT
 from tests.test_check import edit, project  # noqa: F401  (a fixture)
 from tests.test_up_script import BASH, Sandbox
@@ -20,13 +22,13 @@ SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 # --- commands --------------------------------------------------------------------------------------
 
 
-def test_port_forwards_of_prod_before_its_first_promotion(capsys):
+def test_port_forwards_of_prod_before_its_first_promotion(fixture_project):
     """Prod needs no port-forward, promoted or not: it must not fail with the "never promoted" error."""
-    slots = stack_file.image_slots((ROOT / "Pulumi.prod.yaml").read_text(encoding="utf-8"))
-    assert all(slot.value is None for slot in slots.values())  # the repository's prod: never promoted
-    assert cli.main(["port-forwards", "--stack", "prod"]) == 0
-    out, err = capsys.readouterr()
-    assert (out, err) == ("", "")
+    slots = stack_file.image_slots((fixture_project / "Pulumi.prod.yaml").read_text(encoding="utf-8"))
+    assert all(slot.value is None for slot in slots.values())  # the fixture prod (as the example): never promoted
+    done = subprocess.run([sys.executable, "-m", "infra", "port-forwards", "--stack", "prod"], cwd=fixture_project,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (done.stdout, done.stderr) == ("", ""), done.stderr
 
 
 def _has_pulumi(python: str) -> bool:
@@ -73,8 +75,9 @@ def test_an_external_registry_says_builds_run_locally(project):  # noqa: F811
 
 def test_preflight_says_why_the_stack_needs_docker(tmp_path):
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    shutil.copytree(ROOT / "entities", tmp_path / "entities", ignore=shutil.ignore_patterns("node_modules"))
-    config = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())["config"]
+    for folder in ("entities", "tests/stacks/entities"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("node_modules"))
+    config = yaml.safe_load((stacks.DIR / "Pulumi.test.yaml").read_text())["config"]  # the fixture's
     config["cloudstation:platform"]["registry"] = {"mode": "external", "url": "registry.example.com/cs", "username": "ci"}
     config["cloudstation:registryPassword"] = {"secure": "v1:abc"}
     (tmp_path / "Pulumi.test.yaml").write_text(yaml.safe_dump({"config": config}))
@@ -116,8 +119,9 @@ def test_docs_list_no_cloudstate_cluster_role():
         assert not stale, f"{path.name}: " + "\n".join(stale)
 
 
-def test_docs_name_every_queue_the_test_stack_manages(rendered_stacks):
-    queues = rendered_stacks["test"].outputs["armadaQueues"]
+@pytest.mark.example_stacks  # the docs' table and diagram describe the example stack files
+def test_docs_name_every_queue_the_test_stack_manages(example_rendered):
+    queues = example_rendered["test"].outputs["armadaQueues"]
     assert "platform-builds" in queues
     operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     [row] = [line for line in operations.splitlines() if line.startswith("| `armadaQueues`")]

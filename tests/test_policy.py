@@ -1,5 +1,5 @@
 """The policy pack (policy/rules.py), run offline: every rule on the rendered graph of both stack
-files and of prod on a cluster of its own (its prod-size Armada, tests/armada_variants.py), as the
+files and of prod on a cluster of its own (its prod-size Armada, tests/stacks/), as the
 engine would call it, and every rule against a bad example it must reject.
 
 The engine hands a policy the resource's inputs with secrets decrypted and unknowns as sentinel
@@ -33,7 +33,7 @@ from infra import config as stack_config, image_pins, versions
 from cloudstation_tools import checks, render
 from cloudstation_tools.policy_offline import check_resource, check_stack, engine_props, options  # noqa: F401
 from policy import rules
-from tests import armada_variants, promoted
+from tests import stacks
 from tests.conftest import ROOT
 
 DIGEST = "sha256:" + "ab" * 32
@@ -54,21 +54,22 @@ def engine_env(monkeypatch):
     return set_stack
 
 
-@pytest.fixture(params=["test", "prod", armada_variants.OWN_CLUSTER])
+@pytest.fixture(params=["test", "prod", stacks.OWN_CLUSTER])
 def as_stack(request, rendered_stacks, engine_env):
     """Each stack file, and prod on a cluster of its own, with its config passed as the engine would."""
     name = request.param
-    rendered = rendered_stacks[name] if name in rendered_stacks else armada_variants.variant(name)
-    engine_env(rendered.stack, armada_variants.stack_file(name).values)
+    rendered = rendered_stacks[name] if name in rendered_stacks else stacks.rendered(name)
+    engine_env(rendered.stack, stacks.stack_file(name).values)
     return rendered
 
 
 @pytest.fixture
 def project_directory(as_stack, rendered_stacks, tmp_path) -> Path:
-    """Where the pack finds `as_stack`'s stack file: the repo, or a variant's written out."""
+    """Where the pack finds `as_stack`'s stack file: the fixture pair's (prod promoted) or a variant's, written out."""
     if as_stack is rendered_stacks.get(as_stack.stack):
-        return ROOT
-    armada_variants.write_stack_file(armada_variants.OWN_CLUSTER, tmp_path)
+        stacks.write_pair(tmp_path)
+        return tmp_path
+    stacks.write_stack_file(stacks.OWN_CLUSTER, tmp_path)
     return tmp_path
 
 
@@ -78,7 +79,7 @@ def project_directory(as_stack, rendered_stacks, tmp_path) -> Path:
 @pytest.mark.parametrize("policy", RESOURCE_POLICIES, ids=lambda p: p.name)
 def test_every_resource_of_both_stacks_passes(as_stack, policy):
     # Platform images without a digest record pass only because each stack names them in
-    # platform.images.allowUnpinned (prod on its own cluster: tests/armada_variants.py).
+    # platform.images.allowUnpinned (prod on its own cluster: tests/stacks.py).
     violations = [v for r in as_stack.registrations for v in check_resource(policy, r.type, r.inputs, name=r.name)]
     assert violations == []
 
@@ -145,7 +146,7 @@ def test_the_rules_see_what_they_check(as_stack):
     rendered = as_stack
     kinds = {kind for r in rendered.registrations for kind, _, _ in rules.pod_specs(r.type, r.inputs)}
     # Armada brings the Deployments, Jobs and CronJobs; the prod stack file runs none (one per cluster).
-    with_armada = armada_variants.config_of(rendered).platform.armada.enabled
+    with_armada = stacks.config_of(rendered).platform.armada.enabled
     assert kinds >= {"StatefulSet", "StatefulService"} | ({"Deployment", "Job", "CronJob"} if with_armada else set())
     found, unknown = rules.stack_objects(StackValidationArgs([
         PolicyResource(r.type, r.inputs, r.urn, r.name, options(), None, None, [], {}) for r in rendered.registrations
@@ -215,6 +216,25 @@ def test_restricted_pod_security_rejects_privileged_pods():
         assert any(fragment in v for v in violations), fragment
     entity = container(image=f"localhost:32000/shop/cart@{DIGEST}", securityContext={})
     assert check_resource(rules.restricted_pod_security, *stateful_service(entity))
+
+
+def test_the_pod_security_levels_differ_as_the_standards_do():
+    """checks.pod_security_violations is the policy pack's and `check`'s model of Pod Security admission,
+    offline; the end-to-end tier holds it to the real admission (e2e/test_security.py)."""
+    def pod(security_context: dict, **spec) -> dict:
+        return {"containers": [container(securityContext=security_context)], **spec}
+
+    root_pod = pod({"capabilities": {"add": ["CHOWN", "SETUID"]}, "readOnlyRootFilesystem": False})
+    assert checks.pod_security_violations("p", root_pod, "baseline") == []
+    restricted = checks.pod_security_violations("p", root_pod, "restricted")
+    assert any("runAsNonRoot" in p for p in restricted) and any("CHOWN" in p for p in restricted)
+    unconfined = pod({"seccompProfile": {"type": "Unconfined"}})
+    assert any("Unconfined" in p for p in checks.pod_security_violations("p", unconfined, "baseline"))
+    assert any("NET_RAW" in p for p in checks.pod_security_violations("p", pod({"capabilities": {"add": ["NET_RAW"]}}), "baseline"))
+    assert any("hostPID" in p for p in checks.pod_security_violations("p", pod({}, hostPID=True), "baseline"))
+    assert checks.pod_security_violations("p", pod({}, hostPID=True), "privileged") == []
+    with pytest.raises(ValueError, match="one of"):
+        checks.pod_security_violations("p", pod({}), "strict")
 
 
 def test_container_resources_rejects_missing_limits_and_sidecar_resources():
@@ -398,14 +418,15 @@ def test_prods_rule_sees_the_proxies_its_entity_pods_run(rendered_stacks, engine
     names. Without its opt-out the rule reports exactly those (before, prod's render held no proxy
     image, so the rule could not fail)."""
     prod = rendered_stacks["prod"]
-    values = dict(promoted.read("prod").values)
+    values = dict(stacks.read("prod").values)
     platform = json.loads(values["cloudstation:platform"])
     del platform["images"]
     engine_env("prod", {**values, "cloudstation:platform": json.dumps(platform)})
     policy = rules.platform_images_by_digest
     violations = [v for r in prod.registrations for v in check_resource(policy, r.type, r.inputs, name=r.name)]
     services = [r for r in prod.registrations if r.type == "kubernetes:cloudstate.io/v1alpha1:StatefulService"]
-    assert len(violations) == len(services) == 4
+    config = stacks.validate_config("prod")
+    assert len(violations) == len(services) == 1 + sum(len(p.entities) for p in config.projects)  # project-state too
     for service, violation in zip(services, violations):
         meta = service.inputs["metadata"]
         assert violation.startswith(f"StatefulService {meta['namespace']}/{meta['name']} pods' akka-sidecar: platform "
@@ -569,12 +590,12 @@ def test_registry_not_exposed_allows_exactly_the_documented_node_port():
 
 def test_registry_not_exposed_catches_the_stacks_own_exposure_keys(engine_env):
     """The test stack with platform.registry.loadBalancer and .ingress set, rendered by the program."""
-    stack_file = render.StackFile.read("test")
+    stack_file = stacks.read("test")
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform["registry"].update(loadBalancer=True, loadBalancerSourceRanges=["192.0.2.0/24"],
                                 ingress={"host": "registry.example.com", "controllerNamespace": "ingress-nginx"})
     stack_file.values["cloudstation:platform"] = json.dumps(platform)
-    exposed = render.render("test", stack_file=stack_file)
+    exposed = stacks.render("test", stack_file=stack_file)
     resources = [(r.type, r.inputs) for r in exposed.registrations]
     violations = check_stack(rules.registry_not_exposed, resources)
     assert sorted(v.split(" ", 1)[0] for v in violations) == ["Ingress", "Service"]

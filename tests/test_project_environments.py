@@ -12,8 +12,8 @@ from components.project_environment import (
 from cloudstation_tools import checks
 from infra.config import DIGEST_REF, ConfigError, load
 from infra.delivery import PULL_SECRET_NAME
-from tests.promoted import validate_config  # prod as its first promotion writes it
-from tests.cloudstate_variants import edited, variant
+from tests.stacks import validate_config  # prod as its first promotion writes it
+from tests.stacks import edited, rendered as variant
 from tests.conftest import find, objects
 
 
@@ -37,17 +37,20 @@ def test_each_project_gets_its_own_environment_namespace(rendered):
 def test_one_stateful_service_per_entity_with_a_datastore_only_where_the_kind_needs_one(rendered):
     config = validate_config(rendered.stack)
     services = {s["metadata"]["name"]: s for s in objects(rendered, "StatefulService")}
-    expected = {f"{p.name}-{e.name}": e for p in config.projects for e in p.entities}
-    expected["project-state"] = config.platform.project_state
+    expected = {f"{p.name}-{e.name}": (e, p.store) for p in config.projects for e in p.entities}
+    expected["project-state"] = (config.platform.project_state, config.platform.project_state_store)
     assert set(services) == set(expected)
-    for name, entity in expected.items():
+    kinds = set()
+    for name, (entity, kind) in expected.items():
         spec = services[name]["spec"]
         namespace = services[name]["metadata"]["namespace"]
         if entity.kind.needs_store:
             store = find(rendered, "StatefulStore", spec["datastore"]["name"], namespace)
-            assert store["spec"]["type"] == "Postgres"
+            assert store["spec"]["type"] == {"postgres": "Postgres", "cassandra": "Cassandra"}[kind], name
+            kinds.add(kind)
         else:
             assert "datastore" not in spec, name
+    assert kinds == {"postgres", "cassandra"}  # the base pair has a project on each
 
 
 def test_entity_images_are_digest_pinned_and_are_the_exported_ones(rendered):

@@ -29,14 +29,14 @@ from components import registry_api
 from infra.image_refs import entity_repository
 from components.limits import Deadline
 from cloudstation_tools.promote import PromotionRefused
-from tests import unpinned
+from tests import stacks, unpinned
 from tests.conftest import ROOT
 from tests.registry_server import (
     PASSWORD, USERNAME, CountingProxy, build_oci_image, ecr_manifest, free_port,
 )
 
-REPO_PROD = stack_file.read_text(ROOT / "Pulumi.prod.yaml")
-"""The repository's prod file: never promoted, so every promotion here is a first one (image lines inserted)."""
+REPO_PROD = stack_file.read_text(stacks.DIR / "Pulumi.prod.yaml")
+"""The fixture prod file (tests/stacks/): never promoted, so every promotion here is a first one (image lines inserted)."""
 NODE_HOST, PREFIX = promote.registry_of(stack_file.parse(REPO_PROD, "Pulumi.prod.yaml"))
 """The registry host of the prod file's references (how nodes reach it, e.g. localhost:32000) and the
 repository prefix; the promoter reaches the test registry there through CLOUDSTATION_REGISTRY_ADDRESSES."""
@@ -101,7 +101,7 @@ def root(tmp_path, pushed) -> Path:
     text = SALT_LINE + text.replace("config:\n", "config:\n" + SECURE_LINE, 1)
     (directory / "Pulumi.prod.yaml").write_text(text)
     # The stack that owns the shared cluster, which prod's validation reads (infra/cluster_sharing.py).
-    shutil.copy(ROOT / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
+    shutil.copy(stacks.DIR / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
     return directory
 
 
@@ -195,8 +195,8 @@ def bare_root(tmp_path: Path, name: str = "bare") -> Path:
     """A project directory with the repository's prod file as it ships (never promoted)."""
     directory = tmp_path / name
     directory.mkdir()
-    shutil.copy(ROOT / "Pulumi.prod.yaml", directory / "Pulumi.prod.yaml")
-    shutil.copy(ROOT / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
+    shutil.copy(stacks.DIR / "Pulumi.prod.yaml", directory / "Pulumi.prod.yaml")
+    shutil.copy(stacks.DIR / "Pulumi.test.yaml", directory / "Pulumi.test.yaml")
     return directory
 
 

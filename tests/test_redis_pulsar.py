@@ -11,7 +11,7 @@ from components.redis import Redis, RedisArgs, RedisSettings
 from cloudstation_tools import validate
 from cloudstation_tools.render import Rendered
 from infra.versions import IMAGES
-from tests.armada_variants import config_of
+from tests.stacks import config_of
 from tests.conftest import container, run_mocked, standard_violations
 
 

@@ -22,8 +22,7 @@ from cloudstation_tools import checks, render, validate
 from infra import config as stack_config
 from cloudstation_tools.mocks import is_wrapped_secret
 from infra.context import StackContext
-from cloudstation_tools.render import ROOT
-from tests import promoted
+from tests import stacks
 from tests.conftest import find, objects, pod_spec, spec_violations
 
 REGISTRY_OBJECTS = [
@@ -49,7 +48,7 @@ def managed(**values) -> reg.RegistryConfig:
 
 def with_registry(stack: str, registry: dict, secrets: dict[str, str] | None = None) -> render.StackFile:
     """The stack file with `platform.registry` replaced (and extra secure keys)."""
-    stack_file = promoted.read(stack)
+    stack_file = stacks.read(stack)
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform["registry"] = registry
     stack_file.values["cloudstation:platform"] = json.dumps(platform)
@@ -61,7 +60,7 @@ def with_registry(stack: str, registry: dict, secrets: dict[str, str] | None = N
 
 def problems(stack_file: render.StackFile) -> list[str]:
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_config.load(stack_file.values, root=ROOT)
+        stacks.load(stack_file.values)
     return error.value.problems
 
 
@@ -335,10 +334,10 @@ def test_each_project_gets_a_kept_pull_user_and_a_build_user_and_distribution_al
 def test_the_project_name_builds_is_reserved_for_the_build_contexts():
     """A project `builds` would have images `builds/<entity>` and a build user with rights on
     `builds/*`: every project's build contexts."""
-    values = render.StackFile.read("test").values
+    values = stacks.read("test").values
     values["cloudstation:projects"] = values["cloudstation:projects"].replace('"name": "shop"', '"name": "builds"')
     with pytest.raises(stack_config.ConfigError, match=r"projects\[0\]\.name: 'builds' — 'builds' is reserved"):
-        stack_config.load(values, root=ROOT)
+        stacks.load(values)
 
 
 @pytest.mark.parametrize("username", ["build-shop", "pull-x"])
@@ -349,7 +348,7 @@ def test_the_deployers_user_name_cannot_be_a_build_or_pull_user(username):
 
 def access_for(stack_file: render.StackFile, seen: dict):
     """Run deploy_registry + image_pull_secret for a stack file's config under the active mocks."""
-    config = stack_config.load(stack_file.values, root=ROOT)
+    config = stacks.load(stack_file.values)
     pulumi.runtime.set_all_config(stack_file.values, stack_file.secret_keys)
 
     @pulumi.runtime.test
@@ -377,7 +376,7 @@ def pull_secret_config(mocked) -> dict:
 def prod_file() -> render.StackFile:
     """The promoted prod stack file, read before `mocked` installs its mocks (the first read renders
     the test stack, with mocks of its own)."""
-    return promoted.read("prod")
+    return stacks.read("prod")
 
 
 def test_shared_mode_reads_the_owners_credentials_and_runs_nothing(prod_file, mocked):
@@ -413,7 +412,7 @@ def registry_objects(rendered) -> list[dict]:
 
 
 def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
-    config = promoted.validate_config(rendered.stack)
+    config = stacks.validate_config(rendered.stack)
     found = registry_objects(rendered)
     pull_secrets = [o for o in found if o["metadata"]["name"] == delivery.PULL_SECRET_NAME]
     registry = sorted((o["kind"], o["metadata"]["name"]) for o in found if o not in pull_secrets)
@@ -430,7 +429,7 @@ def test_test_stack_runs_the_registry_once_and_prod_shares_it(rendered):
 
 
 def test_every_entity_namespace_gets_the_pull_secret(rendered):
-    config = promoted.validate_config(rendered.stack)
+    config = stacks.validate_config(rendered.stack)
     namespaces = {
         o["metadata"]["namespace"]
         for o in objects(rendered, "Secret")
@@ -441,7 +440,7 @@ def test_every_entity_namespace_gets_the_pull_secret(rendered):
 
 def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stacks):
     rendered = rendered_stacks["test"]
-    config = render.validate_config("test")
+    config = stacks.validate_config("test")
     deployment = find(rendered, "Deployment", "registry", config.platform.namespace)
     pod = pod_spec(deployment)
     assert checks.restricted_violations("registry", pod) == []
@@ -469,14 +468,14 @@ def test_rendered_registry_is_restricted_probed_pinned_and_fenced(rendered_stack
 def test_registry_outputs_name_the_pull_host_and_keep_the_password_secret(rendered):
     registry = rendered.outputs["registry"]
     assert registry["pullHost"] == "localhost:32000"
-    assert registry["mode"] == promoted.validate_config(rendered.stack).platform.registry.mode
+    assert registry["mode"] == stacks.validate_config(rendered.stack).platform.registry.mode
     if rendered.stack == "test":
         assert rendered.outputs["registryPassword"] == render.SECRET
     assert "password" not in json.dumps(registry).lower()
 
 
 def test_prod_stack_file_images_are_pulled_from_the_registry_of_the_cluster():
-    config = promoted.validate_config("prod")
+    config = stacks.validate_config("prod")
     for project, entity in delivery.all_entities(config):
         assert entity.image.startswith(f"{config.platform.registry.pull_host}/{project}/{entity.name}:"), entity.image
 
@@ -484,7 +483,7 @@ def test_prod_stack_file_images_are_pulled_from_the_registry_of_the_cluster():
 def test_external_mode_renders_no_registry_and_pushes_to_the_external_host():
     stack_file = with_registry("test", {"mode": "external", "url": f"https://{ECR}/cloudstation", "username": "AWS"},
                                {"registryPassword": "token"})
-    rendered = render.render("test", stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     assert [o["kind"] for o in registry_objects(rendered) if o["kind"] != "Secret"] == []
     assert not [o for o in objects(rendered, "Secret") if o["metadata"]["name"] == "registry-auth"]
     assert rendered.outputs["registry"] == {
@@ -523,7 +522,7 @@ def test_registry_serves_the_config_file_it_is_given(rendered_stacks):
     # else the registry cannot open it (or, mounted elsewhere without an argument, serves the
     # image's built-in config: no auth, deletes on).
     rendered = rendered_stacks["test"]
-    namespace = render.validate_config("test").platform.namespace
+    namespace = stacks.validate_config("test").platform.namespace
     pod = pod_spec(find(rendered, "Deployment", "registry", namespace))
     container = pod["containers"][0]
     config_volumes = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v

@@ -8,12 +8,15 @@ are tests/test_entity_build.py and tests/test_promote.py (`..._foreign_digest_..
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -73,6 +76,8 @@ def test_paths_are_routed_as_distribution_routes_them(path, expected):
     "/v2/shop/cart/manifests/sha256:abc",          # digest-shaped, not a digest: distribution makes it a tag
     "http://registry/v2/shop/cart/manifests/v1",   # absolute-form target
     "/v2/shop/cart/referrers/sha256:" + "a" * 64,  # not a route of v3.1.1
+    "/v2/shop/cart/blobs/uploads/..",              # an upload id of dots: mux cleans it (301 to .../blobs)
+    "/v2/shop/cart/blobs/uploads/.",
     "/debug/vars",
 ])
 def test_paths_distribution_would_clean_redirect_or_read_otherwise_are_refused(path):
@@ -200,6 +205,29 @@ def test_an_upload_with_a_form_body_is_refused(content_type):
     """distribution reads `mount` and `from` with r.FormValue, which reads a form body too."""
     message, _ = decide("build-games", "POST", "/v2/games/snake/blobs/uploads/", "", content_type)
     assert "body is refused" in message
+
+
+# Content types Go reads as a form and a naive reading does not: mime.ParseMediaType lowercases with
+# strings.ToLower (Unicode: U+0130 becomes "i") and trims with strings.TrimSpace (Unicode: U+00A0 and
+# U+0085 are spaces), on the header's bytes as UTF-8; the gate reads headers as Latin-1 text.
+GO_FORM_TYPES = [
+    "application/x-www-form-urlencoded\xc2\xa0",                # ...urlencoded + NO-BREAK SPACE (UTF-8)
+    "application/x-www-form-urlencoded\xc2\x85",                # ...urlencoded + NEXT LINE (UTF-8)
+    "appl\xc4\xb0cation/x-www-form-urlencoded",                 # U+0130, which Go lowercases to "i"
+    "mult\xc4\xb0part/form-data; boundary=x",
+]
+
+
+@pytest.mark.parametrize("content_type", GO_FORM_TYPES)
+def test_an_upload_whose_content_type_go_would_read_as_a_form_is_refused(content_type):
+    """The header as the gate sees it (http.server decodes header bytes as Latin-1)."""
+    for method, path in (("POST", "/v2/games/snake/blobs/uploads/"), ("PUT", "/v2/games/snake/blobs/uploads/u-1"),
+                         ("PATCH", "/v2/games/snake/blobs/uploads/u-1")):
+        refused = decide("build-games", method, path, "", content_type)
+        assert refused is not None and "Content-Type" in refused[0], (method, content_type)
+    # Plain ASCII types clients send are still fine.
+    for plain in ("application/octet-stream", "application/json", "application/json; charset=utf-8", ""):
+        assert decide("build-games", "POST", "/v2/games/snake/blobs/uploads/", "", plain) is None, plain
 
 
 def test_a_malformed_policy_is_named():
@@ -367,6 +395,31 @@ def test_a_mount_from_a_repository_the_user_cannot_pull_is_refused(gated, seeded
     assert mounted.status_code == 201, mounted.text
 
 
+@pytest.mark.parametrize("content_type", GO_FORM_TYPES[:3])
+def test_a_mount_through_a_form_body_go_reads_as_a_form_is_refused(gated, seeded, content_type):
+    """A tenant's build mounting another project's blob into its own repository through a form body
+    whose Content-Type distribution (Go's mime.ParseMediaType: Unicode ToLower and TrimSpace on the
+    header's UTF-8) reads as a form and a Latin-1, ASCII-only reading does not: the mount would make
+    shop/cart's layer readable as games/*'s (seen: 201 Created, then 200 on GET of the blob)."""
+    import socket as sockets
+
+    layer = json.loads(manifest_of(gated, "shop/cart", seeded["shop/cart"])[0])["layers"][0]["digest"]
+    repository = f"games/form{GO_FORM_TYPES.index(content_type)}"
+    form = f"mount={layer}&from=shop%2Fcart".encode()
+    credentials = base64.b64encode(":".join(login("build-games")).encode()).decode()
+    request = (f"POST /v2/{repository}/blobs/uploads/ HTTP/1.1\r\nHost: {gated.host}\r\n"
+               f"Authorization: Basic {credentials}\r\nConnection: close\r\nContent-Length: {len(form)}\r\n"
+               ).encode() + b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + form
+    with sockets.create_connection(("127.0.0.1", gated.port), timeout=10) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 403 "), answer[:300]
+    assert requests.get(f"{gated.url}/v2/{repository}/blobs/{layer}", auth=login("build-games"),
+                        timeout=5).status_code == 404
+
+
 def test_deletes_and_the_catalog_are_refused_to_tenants(gated, seeded):
     digest = gated.digest_of("games/snake", CONTENT_TAG)
     for user in ("build-games", DEPLOYER):
@@ -423,6 +476,139 @@ def test_one_kept_alive_connection_carries_a_whole_push(gated):
             done = session.put(started.headers["Location"], params={"digest": digest}, data=data, timeout=10)
             assert done.status_code == 201, done.text
             assert session.head(f"{gated.url}/v2/games/kept/blobs/{digest}", timeout=10).status_code == 200
+
+
+# --- bounded: connections and idle time (issue 20 re-review) ---------------------------------------
+
+
+@contextlib.contextmanager
+def gate_with(registry: RegistryServer, **limits):
+    """A second gate, in this process, in front of `registry`'s distribution, with `limits` (serve's
+    max_connections, idle_seconds, queue_seconds); yields its base URL."""
+    from tests.registry_server import free_port
+
+    port = free_port()
+    server = gate.serve(policy(), ("127.0.0.1", port), gate.listen_address(registry.upstream_host), **limits)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}", port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def closed_within(connection, seconds: float) -> float:
+    """How long until the gate closed `connection` (the test fails if it is still open after `seconds`);
+    whatever the gate sends first (an answer already asked for) is read on the way."""
+    started = time.monotonic()
+    connection.settimeout(seconds)
+    try:
+        while connection.recv(65536):
+            pass
+    except TimeoutError:
+        pytest.fail(f"the gate still holds the connection after {seconds} s")
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout(gated):
+    """One thread per connection: a client that connects and sends nothing, or nothing more after an
+    answer on a kept-alive connection, or drips a request's head byte by byte, must not hold one for
+    the per-read timeout (300 s) or for ever; it gets the idle timeout for the whole head."""
+    authorization = "Basic " + base64.b64encode(b"%s:%s" % tuple(p.encode() for p in login("build-games"))).decode()
+    with gate_with(gated, idle_seconds=1.0) as (url, port):
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            assert closed_within(silent, 5) < 3
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            kept.sendall(f"GET /v2/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {authorization}\r\n\r\n".encode())
+            kept.settimeout(5)
+            assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")
+            assert closed_within(kept, 5) < 3
+        with socket.create_connection(("127.0.0.1", port)) as dripping:
+            dripping.sendall(b"GET /v2/ HTTP/1.1\r\n")
+            started = time.monotonic()
+            try:
+                for _ in range(20):  # 6 s of one header byte every 0.3 s: each read is quick, the head never ends
+                    dripping.sendall(b"X")
+                    time.sleep(0.3)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            assert time.monotonic() - started + closed_within(dripping, 5) < 3
+
+
+def test_a_slow_but_active_upload_outlasts_the_idle_timeout(gated):
+    """The idle timeout is for the request's head: a body may take as long as it keeps coming (each read
+    has the per-read timeout), pauses longer than the idle timeout included."""
+    auth = login("build-games")
+    pieces = [bytes([n]) * 4096 for n in range(8)]
+    digest = "sha256:" + hashlib.sha256(b"".join(pieces)).hexdigest()
+
+    def slowly():
+        for n, piece in enumerate(pieces):
+            time.sleep(1.5 if n == 4 else 0.3)  # 3.6 s in all, one pause of 1.5 s
+            yield piece
+
+    with gate_with(gated, idle_seconds=1.0) as (url, _), requests.Session() as session:
+        session.auth = auth
+        started = session.post(f"{url}/v2/games/slow/blobs/uploads/", timeout=10)
+        assert started.status_code == 202, started.text
+        patched = session.patch(started.headers["Location"], data=slowly(), timeout=30,
+                                headers={"Content-Type": "application/octet-stream"})
+        assert patched.status_code == 202, patched.text
+        done = session.put(patched.headers["Location"], params={"digest": digest}, timeout=10)
+        assert done.status_code == 201, done.text
+        assert session.head(f"{url}/v2/games/slow/blobs/{digest}", timeout=10).status_code == 200
+
+
+def test_connections_beyond_the_limit_wait_for_a_free_one_then_are_refused(gated):
+    """At most `max_connections` at once, each one thread: one more waits up to `queue_seconds` for a
+    connection to end (accepted, no thread), and is then answered 503 with Retry-After and closed;
+    beyond twice `max_connections` waiting, a connection is refused at once."""
+    auth = login("build-games")
+    with gate_with(gated, max_connections=2, idle_seconds=30.0, queue_seconds=1.0) as (url, port):
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        try:
+            time.sleep(0.2)  # both accepted, each holding its thread
+            started = time.monotonic()
+            refused = requests.get(f"{url}/v2/", auth=auth, timeout=10)
+            waited = time.monotonic() - started
+            assert refused.status_code == 503, refused.text
+            assert 0.9 < waited < 5, waited
+            assert refused.headers["Retry-After"] and refused.headers["Connection"] == "close"
+            [error] = errors(refused)
+            assert error["code"] == "UNAVAILABLE" and "2 connections at once" in error["message"]
+            # A connection ending within the wait lets the waiting one in.
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(requests.get, f"{url}/v2/", auth=auth, timeout=10)
+                time.sleep(0.4)
+                held.pop().close()
+                assert waiting.result().status_code == 200
+            # Two served (one held, one new), four waiting: the next is refused without waiting.
+            held.append(socket.create_connection(("127.0.0.1", port)))
+            held.extend(socket.create_connection(("127.0.0.1", port)) for _ in range(4))
+            time.sleep(0.2)
+            started = time.monotonic()
+            assert requests.get(f"{url}/v2/", auth=auth, timeout=10).status_code == 503
+            assert time.monotonic() - started < 0.5
+            # The waiting ones are refused in turn, each after its wait.
+            for waiting_connection in held[-4:]:
+                waiting_connection.settimeout(5)
+                assert waiting_connection.recv(65536).startswith(b"HTTP/1.1 503 ")
+        finally:
+            for connection in held:
+                connection.close()
+
+
+def test_the_gates_limits_are_its_options():
+    options = gate.options(["--policy", "p.json"])
+    assert (options.max_connections, options.idle_seconds, options.queue_seconds) == (
+        gate.MAX_CONNECTIONS, gate.IDLE_SECONDS, gate.QUEUE_SECONDS)
+    assert gate.IDLE_SECONDS < gate.SOCKET_TIMEOUT_SECONDS
+    options = gate.options(["--policy", "p.json", "--max-connections", "8", "--idle-seconds", "5", "--queue-seconds", "2"])
+    assert (options.max_connections, options.idle_seconds, options.queue_seconds) == (8, 5.0, 2.0)
 
 
 def test_the_gate_answers_its_health_check_without_credentials(gated):

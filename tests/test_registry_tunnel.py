@@ -21,7 +21,7 @@ from components import kube_tunnel, registry_api
 from components.entity_build import EntityBuildProvider
 from components.kube_tunnel import PodTunnel, TunnelError
 from components.registry_api import Credentials, RegistryError
-from tests.fake_kube_api import FakeKubeApi
+from tests.fake_kube_api import FakeKubeApi, fresh_kube_configurations  # noqa: F401 (autouse fixture)
 from tests.registry_server import build_oci_image, free_port, registry  # noqa: F401 (fixture)
 from tests.test_entity_build import (  # noqa: F401 (logged is a fixture)
     armada_with, basic, logged, make_context, props_for, push_image, succeeding,
@@ -41,14 +41,6 @@ def _unresolvable(url: str) -> bool:
     except socket.gaierror:
         return True
     return False
-
-
-@pytest.fixture(autouse=True)
-def fresh_configurations():
-    """Each test loads its kubeconfig itself (kube_tunnel caches one load per process)."""
-    kube_tunnel._configurations.clear()
-    yield
-    kube_tunnel._configurations.clear()
 
 
 @pytest.fixture

@@ -13,19 +13,19 @@ import yaml
 
 from cloudstation_tools import render, render_output
 from cloudstation_tools.mocks import MOCK_DIGEST_PREFIX, ProgramMocks, fake_digest
-from cloudstation_tools.render import ROOT, KIND_ORDER, StackFile
-from tests import promoted
-from tests.armada_variants import OWN_CLUSTER, stack_file
+from cloudstation_tools.render import ROOT, KIND_ORDER
+from tests import stacks
+from tests.stacks import OWN_CLUSTER
 
 
-def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "infra", *args], cwd=cwd, capture_output=True, text=True, timeout=300
     )
 
 
-def test_render_command_writes_manifests_resources_and_outputs(tmp_path, rendered_stacks):
-    result = run_cli("render", "--stack", "test", "--out", str(tmp_path))
+def test_render_command_writes_manifests_resources_and_outputs(tmp_path, rendered_stacks, fixture_project):
+    result = run_cli("render", "--stack", "test", "--out", str(tmp_path), cwd=fixture_project)
     assert result.returncode == 0, result.stderr
     manifests = [d for d in yaml.safe_load_all((tmp_path / "manifests.yaml").read_text()) if d]
     resources = json.loads((tmp_path / "resources.json").read_text())
@@ -40,7 +40,7 @@ def test_render_command_writes_manifests_resources_and_outputs(tmp_path, rendere
 
 
 def test_render_is_deterministic(rendered_stacks, tmp_path):
-    again = render.render("test")
+    again = stacks.render("test")
     render.write(rendered_stacks["test"], tmp_path / "a")
     render.write(again, tmp_path / "b")
     for name in ("manifests.yaml", "resources.json", "outputs.json"):
@@ -111,19 +111,19 @@ def test_render_yaml_to_directory_and_context_reach_the_provider():
         # Relative to the program's directory, the root (tests/test_engine_paths.py).
         ({"renderYamlToDirectory": "rendered/test"}, "renderYamlToDirectory", "rendered/test"),
     ]:
-        stack_file = StackFile.read("test")
+        stack_file = stacks.read("test")
         stack_file.values["cloudstation:kubernetes"] = json.dumps(kubernetes)
-        rendered = render.render("test", stack_file=stack_file)
+        rendered = stacks.render("test", stack_file=stack_file)
         [provider] = rendered.of_type("pulumi:providers:kubernetes")
         assert provider.inputs[key] == expected
 
 
 def test_bad_config_exits_non_zero_with_the_message_and_writes_nothing(tmp_path):
     project = tmp_path / "project"
-    for part in ("infra", "cloudstation_tools", "components", "entities"):
+    for part in ("infra", "cloudstation_tools", "components", "entities", "tests/stacks/entities"):
         shutil.copytree(ROOT / part, project / part, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
     shutil.copy(ROOT / "Pulumi.yaml", project)
-    document = yaml.safe_load((ROOT / "Pulumi.test.yaml").read_text())
+    document = yaml.safe_load((stacks.DIR / "Pulumi.test.yaml").read_text())
     document["config"]["cloudstation:projects"][0]["entities"][0]["kind"] = "evented"
     document["config"]["cloudstation:platform"]["namespcae"] = "x"
     (project / "Pulumi.broken.yaml").write_text(yaml.safe_dump(document))
@@ -137,8 +137,8 @@ def test_bad_config_exits_non_zero_with_the_message_and_writes_nothing(tmp_path)
     assert not out.exists()
 
 
-def test_unknown_stack_is_a_clear_error(tmp_path):
-    result = run_cli("render", "--stack", "staging", "--out", str(tmp_path / "out"))
+def test_unknown_stack_is_a_clear_error(tmp_path, fixture_project):
+    result = run_cli("render", "--stack", "staging", "--out", str(tmp_path / "out"), cwd=fixture_project)
     assert result.returncode == 2
     assert "no stack file Pulumi.staging.yaml" in result.stderr
 
@@ -151,23 +151,23 @@ def test_project_file_names_the_program_and_the_config_namespace():
     assert (program / entry / "__main__.py").is_file()
 
 
-def test_port_forwards_name_what_pulumi_up_reaches_through_localhost():
+def test_port_forwards_name_what_pulumi_up_reaches_through_localhost(fixture_project):
     from cloudstation_tools.cli import port_forwards
 
     # test builds in Armada: the builds reach the registry through their own tunnel via the
     # Kubernetes API (infra/builds.py tunnels_to_registry), so only Armada's REST API is forwarded
-    assert port_forwards(render.validate_config("test")) == [
+    assert port_forwards(stacks.validate_config("test")) == [
         "armada armada-server 8080:8080",
     ]
     # prod pushes nothing (shared registry) and runs no Armada (one per cluster: test's)
-    assert port_forwards(promoted.validate_config("prod")) == []
+    assert port_forwards(stacks.validate_config("prod")) == []
     # prod on its own cluster: an external registry, and the queue API at a public URL
-    assert port_forwards(render.stack_config.load(stack_file(OWN_CLUSTER).values)) == []
-    result = run_cli("port-forwards", "--stack", "test")
+    assert port_forwards(stacks.config(OWN_CLUSTER)) == []
+    result = run_cli("port-forwards", "--stack", "test", cwd=fixture_project)
     assert result.returncode == 0 and result.stdout.splitlines() == ["armada armada-server 8080:8080"]
     # Rendering to a directory names no kube context, so no tunnel (it would go to the current
     # context's cluster, and the registry's credentials with it): the registry is forwarded again.
-    values = dict(render.StackFile.read("test").values)
+    values = dict(stacks.read("test").values)
     values["cloudstation:kubernetes"] = json.dumps({"renderYamlToDirectory": "rendered/test"})
     rendering = render.stack_config.load(values)
     assert port_forwards(rendering) == [
@@ -307,7 +307,7 @@ def test_mock_digests_are_recognisable_and_marked(rendered, tmp_path):
     """Every digest the docker mock makes starts with MOCK_DIGEST_PREFIX and is listed in the header;
     each object holding one says where under `# mock:`; a real, pinned digest (platform images,
     infra/image-digests.yaml) is never marked. Prod's promoted references carry test's mock digests
-    (tests/promoted.py): marked too, though its own mocks made none."""
+    (tests/stacks/): marked too, though its own mocks made none."""
     text = written(rendered, tmp_path)
     header = re.split(r"(?m)^---\n", text, maxsplit=1)[0]
     builds = rendered.of_type("docker:index/image:Image") + rendered.of_type("pulumi-python:dynamic/builds:EntityBuild")
@@ -332,16 +332,16 @@ def test_mock_digests_are_recognisable_and_marked(rendered, tmp_path):
         marked_objects += bool(mock)
     assert real_seen & pinned, "the platform's real pins are in the manifests, unmarked"
     # Every entity's StatefulService runs a built (test) or promoted (prod) image: all mock digests here.
-    projects = json.loads(promoted.read(rendered.stack).values["cloudstation:projects"])
+    projects = json.loads(stacks.read(rendered.stack).values["cloudstation:projects"])
     assert marked_objects >= sum(len(project["entities"]) for project in projects) > 0
 
 
 def test_objects_read_at_up_are_marked():
     """`Secret.get` of an existing Secret is a read (ReadResource); the mock makes its data up, so
     the header lists it and every object that uses it says so."""
-    from tests import cloudstate_variants
+    from tests import stacks
 
-    rendered = cloudstate_variants.variant("non-owner")  # external PostgreSQL: credentials from ops/pg-login
+    rendered = stacks.rendered("non-owner")  # external PostgreSQL: credentials from ops/pg-login
     reads = {urn: what for urn, what in rendered.reads.items()}
     assert list(reads.values()) == ["kubernetes:core/v1:Secret ops/pg-login"]
     assert not any(r.urn in reads for r in rendered.registrations), "a read is not a registration"
@@ -376,16 +376,17 @@ before = set(sys.modules)
 sys.path.insert(0, sys.argv[1])
 from cloudstation_tools import cli, render  # what `python -m infra render` imports first
 stack = json.loads(sys.stdin.read())
-render.render(stack["name"], stack_file=render.StackFile(stack["values"], stack["secret_keys"]))
+render.render(stack["name"], stack_file=render.StackFile(stack["values"], stack["secret_keys"]),
+              stack_dir=__import__("pathlib").Path(sys.argv[2]))
 print(json.dumps(sorted({name.split(".")[0] for name in set(sys.modules) - before})))
 """
 
 
 def loaded_by_render(stack: str) -> set[str]:
     """Top-level packages a fresh interpreter loads to import the command and render `stack`."""
-    stack_file = promoted.read(stack)
+    stack_file = stacks.read(stack)
     result = subprocess.run(
-        [sys.executable, "-c", _LOADED_BY_RENDER, str(ROOT)],
+        [sys.executable, "-c", _LOADED_BY_RENDER, str(ROOT), str(stacks.DIR)],
         input=json.dumps({"name": stack, "values": stack_file.values, "secret_keys": stack_file.secret_keys}),
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
@@ -400,7 +401,7 @@ def test_render_loads_only_what_the_stack_uses():
     test, prod = loaded_by_render("test"), loaded_by_render("prod")
     assert "pulumi_kubernetes" in test and "pulumi_kubernetes" in prod
     # builds its entities' images, with Docker only in `local` mode (infra/builds.py: in the cluster otherwise)
-    assert ("pulumi_docker" in test) == (render.validate_config("test").platform.build_mode == "local")
+    assert ("pulumi_docker" in test) == (stacks.validate_config("test").platform.build_mode == "local")
     assert "pulumi_docker" not in prod  # deploys promoted references only
     assert not (test | prod) & set(NEVER_LOADED)
 
@@ -411,5 +412,5 @@ def test_render_gives_the_collector_back():
     import gc
 
     assert gc.isenabled()
-    render.render("test")
+    stacks.render("test")
     assert gc.isenabled()

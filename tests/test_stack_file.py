@@ -12,7 +12,7 @@ import pytest
 from infra import config as stack_config
 from cloudstation_tools import stack_file
 from cloudstation_tools.stack_file import StackFileError
-from tests import promoted, unpinned
+from tests import stacks, unpinned
 from tests.conftest import ROOT
 
 
@@ -77,11 +77,11 @@ def test_slots_are_keyed_like_the_images_output():
 
 
 def test_slots_of_the_repository_prod_file_match_its_config():
-    # Before its first promotion, the repository's prod file has an empty slot for every entity.
-    slots = stack_file.image_slots(stack_file.read_text(ROOT / "Pulumi.prod.yaml"))
+    # Before its first promotion, the fixture prod file (like the example) has an empty slot for every entity.
+    slots = stack_file.image_slots(stack_file.read_text(stacks.DIR / "Pulumi.prod.yaml"))
     assert slots and all(slot.value is None for slot in slots.values())
-    text = promoted.text()  # as its first promotion writes it (tests/promoted.py)
-    config = stack_file.validate(text, ROOT, "Pulumi.prod.yaml")
+    text = stacks.text()  # as its first promotion writes it (tests/stacks/)
+    config = stack_file.validate(text, ROOT, "Pulumi.prod.yaml", stack_dir=stacks.DIR)
     expected = {f"{p.name}/{e.name}": e.image for p in config.projects for e in p.entities}
     expected["platform/project-state"] = config.platform.project_state.image
     assert {k: s.value for k, s in stack_file.image_slots(text).items()} == expected
@@ -140,10 +140,10 @@ def test_edit_refuses_bad_changes(changes, message):
 
 
 def test_validate_runs_the_program_config_validation():
-    assert stack_file.validate(SAMPLE, ROOT, "sample").projects[0].entities[0].image == ref(1)
+    assert stack_file.validate(SAMPLE, ROOT, "sample", stack_dir=stacks.DIR).projects[0].entities[0].image == ref(1)
     without = SAMPLE.replace(f"          image: {ref(1)}  # promoted 2026-01-01\n", "")
     with pytest.raises(stack_config.ConfigError, match=r"entities\[0\]\.image"):
-        stack_file.validate(without, ROOT, "sample")
+        stack_file.validate(without, ROOT, "sample", stack_dir=stacks.DIR)
 
 
 def test_write_atomic_replaces_content_and_keeps_mode(tmp_path):
@@ -205,7 +205,7 @@ def test_validate_refuses_images_from_another_registry_or_repository():
         f"'{ref(2, 'shop/likes', ':v7')}'", f"'{ref(2, 'shop/cart', ':v7')}'"
     )
     with pytest.raises(stack_config.ConfigError) as error:
-        stack_file.validate(bad, ROOT, "sample")
+        stack_file.validate(bad, ROOT, "sample", stack_dir=stacks.DIR)
     assert error.value.problems == [
         f"cloudstation:projects[0].entities[0].image: 'registry.example/shop/cart@sha256:{digest(1)}' — registry host "
         "'registry.example' is not this stack's registry (localhost:32000, from platform.registry); expected "
@@ -221,9 +221,9 @@ def test_validate_checks_images_against_an_external_registry_and_its_prefix():
         "    namespace: cloudstation\n",
         "    namespace: cloudstation\n    registry: {mode: external, url: r.example/team, username: ci}\n",
     ).replace("localhost:32000/", "r.example/team/")
-    assert stack_file.validate(external, ROOT, "sample").projects[0].entities[0].image.startswith("r.example/team/")
+    assert stack_file.validate(external, ROOT, "sample", stack_dir=stacks.DIR).projects[0].entities[0].image.startswith("r.example/team/")
     with pytest.raises(stack_config.ConfigError, match=r"repository 'shop/cart' is not this entity's"):
-        stack_file.validate(external.replace("r.example/team/shop/cart@", "r.example/shop/cart@"), ROOT, "sample")
+        stack_file.validate(external.replace("r.example/team/shop/cart@", "r.example/shop/cart@"), ROOT, "sample", stack_dir=stacks.DIR)
 
 
 @pytest.mark.parametrize("image", [

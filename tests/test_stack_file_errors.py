@@ -22,13 +22,14 @@ from infra import config as stack_config
 from infra import program, stack_yaml
 from cloudstation_tools import render
 from cloudstation_tools import stack_file as stack_file_edits
+from infra import context as stack_context
 from infra.config import ConfigError
 from cloudstation_tools.mocks import ProgramMocks, RecordingMonitor
-from tests import promoted
+from tests import stacks
 from tests.conftest import ROOT
 
-TEST_TEXT = (ROOT / "Pulumi.test.yaml").read_text(encoding="utf-8")
-PROD_TEXT = (ROOT / "Pulumi.prod.yaml").read_text(encoding="utf-8")
+TEST_TEXT = (stacks.DIR / "Pulumi.test.yaml").read_text(encoding="utf-8")
+PROD_TEXT = (stacks.DIR / "Pulumi.prod.yaml").read_text(encoding="utf-8")
 PROMOTE = "python -m infra promote --from test --to prod"
 
 
@@ -45,7 +46,7 @@ def refusal(tmp_path: Path, stack: str, content: Union[str, bytes]) -> str:
     path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     with pytest.raises(ConfigError) as caught:
         stack_file = render.StackFile.read(stack, tmp_path)
-        stack_config.load(stack_file.values, root=ROOT, source=path.name, secret_keys=stack_file.secret_keys)
+        stacks.load(stack_file.values, source=path.name, secret_keys=stack_file.secret_keys)
     message = str(caught.value)
     assert message.startswith(f"{path.name} has "), message
     return message
@@ -130,10 +131,10 @@ def program_copy(tmp_path_factory) -> Path:
     """The program in a directory of its own (stack files there are the cases')."""
     copy = tmp_path_factory.mktemp("repo")
     ignore = shutil.ignore_patterns("__pycache__", "node_modules")
-    for part in ("infra", "cloudstation_tools", "components", "entities"):
+    for part in ("infra", "cloudstation_tools", "components", "entities", "tests/stacks/entities"):
         shutil.copytree(ROOT / part, copy / part, ignore=ignore)
-    for name in ("Pulumi.yaml", "Pulumi.test.yaml"):
-        shutil.copy(ROOT / name, copy / name)
+    shutil.copy(ROOT / "Pulumi.yaml", copy / "Pulumi.yaml")
+    shutil.copy(stacks.DIR / "Pulumi.test.yaml", copy / "Pulumi.test.yaml")  # the fixture's, not the user's
     return copy
 
 
@@ -181,7 +182,7 @@ def _registry_switched_to_external(text: str) -> str:
 
 
 def test_switching_the_registry_to_external_names_every_problem_at_once(tmp_path):
-    message = refusal(tmp_path, "prod", _registry_switched_to_external(promoted.text()))
+    message = refusal(tmp_path, "prod", _registry_switched_to_external(stacks.text()))
     lines = [line.strip() for line in message.splitlines()[1:]]
     registry = "cloudstation:platform.registry"
     expected = [f"{registry}.nodePort: 32000 — only for mode: managed or shared",
@@ -196,9 +197,9 @@ def test_switching_the_registry_to_external_names_every_problem_at_once(tmp_path
 
 
 def test_switching_a_store_to_external_names_every_problem_at_once(tmp_path):
-    text = promoted.text().replace("        mode: managed\n        storage: {size: 1Gi}\n",
+    text = stacks.text().replace("        mode: managed\n        storage: {size: 1Gi}\n",
                                    "        mode: external\n        storage: {size: 1Gi}\n", 1)
-    assert text != promoted.text()
+    assert text != stacks.text()
     message = refusal(tmp_path, "prod", text)
     postgres = "cloudstation:platform.stores.postgres"
     for piece in (f"{postgres}.storage: {{\"size\": \"1Gi\"", "only allowed when mode is 'managed'",
@@ -216,7 +217,7 @@ def test_a_plain_text_secret_is_refused_with_the_command_to_encrypt_it(tmp_path,
     assert f"`pulumi config set --secret cloudstation:{key}`" in message
     assert "hunter2" not in message  # never echo a secret
     with pytest.raises(ConfigError, match="set in plain text"):  # promote's check of the file it writes, too
-        stack_file_edits.validate(text, ROOT, "Pulumi.test.yaml")
+        stack_file_edits.validate(text, ROOT, "Pulumi.test.yaml", stack_dir=stacks.DIR)
     # As a `secure:` value it is fine (the key's own checks aside).
     secure = TEST_TEXT.replace("config:\n", f"config:\n  cloudstation:{key}:\n    secure: v1:abc\n", 1)
     (tmp_path / "Pulumi.test.yaml").write_text(secure)
@@ -243,7 +244,7 @@ def test_numbers_are_accepted_where_a_quantity_is_meant(tmp_path):
     (tmp_path / "Pulumi.test.yaml").write_text(
         _registry_resources(TEST_TEXT, "{cpuLimit: 2, cpuRequest: 0.5, memoryLimit: 1073741824, memoryRequest: 64Mi}"))
     stack_file = render.StackFile.read("test", tmp_path)
-    config = stack_config.load(stack_file.values, root=ROOT, secret_keys=stack_file.secret_keys)
+    config = stacks.load(stack_file.values, secret_keys=stack_file.secret_keys)
     assert config.platform.registry.resources.spec() == {
         "requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "1073741824"}}
 
@@ -269,15 +270,18 @@ def test_a_number_for_a_size_or_a_text_key_says_what_is_meant(tmp_path):
 # --- prod before its first promotion (item 7) ------------------------------------------------------
 
 
-def test_the_example_prod_file_carries_no_placeholder_images():
-    document = yaml.safe_load(PROD_TEXT)["config"]
+@pytest.mark.parametrize("folder", [pytest.param(stacks.DIR, id="fixture"),
+                                    pytest.param(ROOT, id="example", marks=pytest.mark.example_stacks)])
+def test_the_example_prod_file_carries_no_placeholder_images(folder):
+    text = (folder / "Pulumi.prod.yaml").read_text(encoding="utf-8")
+    document = yaml.safe_load(text)["config"]
     assert "image" not in document["cloudstation:platform"]["projectState"]
     assert not [e for p in document["cloudstation:projects"] for e in p["entities"] if "image" in e]
-    assert "sha256:" not in "".join(line for line in PROD_TEXT.splitlines() if not line.lstrip().startswith("#"))
+    assert "sha256:" not in "".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
-def test_never_promoted_prod_render_exits_2_with_the_promote_command(tmp_path):
-    done = render_command(ROOT, "prod", tmp_path / "out")
+def test_never_promoted_prod_render_exits_2_with_the_promote_command(tmp_path, fixture_project):
+    done = render_command(fixture_project, "prod", tmp_path / "out")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("error: Pulumi.prod.yaml has 1 problem:"), done.stderr
     assert "never promoted" in done.stderr and f"`{PROMOTE}`" in done.stderr
@@ -285,9 +289,9 @@ def test_never_promoted_prod_render_exits_2_with_the_promote_command(tmp_path):
 
 
 def test_one_promotion_makes_prod_valid_and_a_placeholder_digest_is_refused(tmp_path):
-    assert promoted.validate_config("prod").environment.value == "prod"
-    text = promoted.text()
-    real = promoted.images()["shop/likes"].rpartition("@")[2]
+    assert stacks.validate_config("prod").environment.value == "prod"
+    text = stacks.text()
+    real = stacks.images()["shop/likes"].rpartition("@")[2]
     placeholder = "sha256:" + "0" * 63 + "2"
     message = refusal(tmp_path, "prod", text.replace(real, placeholder))
     assert "cloudstation:projects[0].entities[1].image:" in message
@@ -306,7 +310,9 @@ def engine_start(monkeypatch) -> Callable[[str, render.StackFile], ProgramMocks]
     """Run the program (or read its config) with a stack file's config passed as the engine does:
     PULUMI_CONFIG, and PULUMI_CONFIG_SECRET_KEYS, which the Python language host always sets (`[]`
     when there is no secret: pulumi/pulumi sdk/python/cmd/pulumi-language-python/main.go
-    `constructConfigSecretKeys`). Fresh mocks; nothing set through set_all_config."""
+    `constructConfigSecretKeys`). Fresh mocks; nothing set through set_all_config. The other stack
+    files the program reads are the fixtures' (tests/stacks/), as if they were beside Pulumi.yaml."""
+    monkeypatch.setattr(stack_context, "STACK_DIR", stacks.DIR)
 
     def start(stack: str, stack_file: render.StackFile) -> ProgramMocks:
         mocks = ProgramMocks()
@@ -330,12 +336,12 @@ def _refused_before_any_resource(engine, stack: str, stack_file: render.StackFil
 
 
 def test_the_program_refuses_a_never_promoted_prod_before_any_resource(engine):
-    message = _refused_before_any_resource(engine, "prod", render.StackFile.read("prod"))
+    message = _refused_before_any_resource(engine, "prod", render.StackFile.read("prod", stacks.DIR))  # never promoted
     assert "Pulumi.prod.yaml was never promoted" in message and f"`{PROMOTE}`" in message
 
 
 def test_the_program_refuses_plain_secrets_and_provider_keys_from_the_engine(engine):
-    stack_file = promoted.read("test")
+    stack_file = stacks.read("test")
     stack_file.values["cloudstation:armadaQueueApiPassword"] = "hunter2"  # plain: not in the secret keys
     stack_file.values["kubernetes:context"] = "kind-test"
     message = _refused_before_any_resource(engine, "test", stack_file)
@@ -350,7 +356,7 @@ def test_the_program_refuses_plain_secrets_and_provider_keys_from_the_engine(eng
 
 
 def test_the_program_takes_numbers_for_quantities_from_the_engine(engine):
-    stack_file = promoted.read("prod")
+    stack_file = stacks.read("prod")
     platform = json.loads(stack_file.values["cloudstation:platform"])
     platform["stores"]["postgres"]["resources"] = {"cpuLimit": 2, "cpuRequest": 0.25}  # as `config set --path` stores them
     stack_file.values["cloudstation:platform"] = json.dumps(platform)

@@ -18,8 +18,9 @@ from components.postgres import Postgres, PostgresArgs, PostgresSettings, Secret
 from infra import versions
 from cloudstation_tools import validate
 from infra.config import ConfigError, load
-from tests import promoted
-from tests.cloudstate_variants import build, edited, manifests, validation_problems, variant
+from tests import stacks
+from tests.conftest import build, manifests, validation_problems
+from tests.stacks import edited, rendered as variant
 from tests.conftest import container, find, objects, pod_spec, spec_violations, standard_violations
 
 
@@ -40,24 +41,43 @@ def stores(rendered) -> list[dict]:
 # --- managed PostgreSQL: both stack files use it ---------------------------------------------
 
 
-def test_every_store_of_both_stacks_is_a_managed_postgres_with_its_own_credentials(rendered):
-    config = load(promoted.read(rendered.stack).values)
-    # project-state's, and one per project with an event-sourced entity (the kind that needs a store)
-    with_store = {f"{p.name}-{rendered.stack}" for p in config.projects if any(e.kind.needs_store for e in p.entities)}
-    assert {s["metadata"]["namespace"] for s in stores(rendered)} == {f"{config.platform.namespace}-state", *with_store}
-    size = config.platform.stores.postgres.storage.size
+MANAGED = {
+    # kind: (client ports, the server's ingress ports, keys of its credentials Secret)
+    "postgres": ([{"name": "postgres", "port": 5432, "targetPort": "postgres"}], [5432],
+                 {"username", "password", "database"}),
+    "cassandra": ([{"name": "cql", "port": 9042, "targetPort": "cql"}], [9042, 7000],
+                  {"username", "password", "lockout-password"}),
+}
+"""What each managed store kind serves (components/postgres.py, components/cassandra.py)."""
+
+
+def kind_of(store: dict) -> str:
+    return store["spec"]["type"].lower()
+
+
+def test_every_store_of_both_stacks_is_a_managed_server_of_its_projects_kind_with_its_own_credentials(rendered):
+    config = load(stacks.read(rendered.stack).values)
+    # project-state's, and one per project with an event-sourced entity (the kind that needs a store),
+    # of the kind the project names (the base pair: shop on PostgreSQL, warehouse on Cassandra)
+    expected = {f"{config.platform.namespace}-state": config.platform.project_state_store}
+    expected.update({f"{p.name}-{rendered.stack}": p.store for p in config.projects
+                     if any(e.kind.needs_store for e in p.entities)})
+    assert {s["metadata"]["namespace"]: kind_of(s) for s in stores(rendered)} == expected
+    assert set(expected.values()) == set(MANAGED)  # both kinds are checked below
     for store in stores(rendered):
-        name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
+        name, namespace, kind = store["metadata"]["name"], store["metadata"]["namespace"], kind_of(store)
+        ports, _, keys = MANAGED[kind]
         statefulset = find(rendered, "StatefulSet", name, namespace)
         claim = statefulset["spec"]["volumeClaimTemplates"][0]
+        size = getattr(config.platform.stores, kind).storage.size
         assert claim["metadata"]["name"] == "data" and claim["spec"]["resources"]["requests"]["storage"] == size
         headless = find(rendered, "Service", f"{name}-headless", namespace)
         assert headless["spec"]["clusterIP"] == "None" and statefulset["spec"]["serviceName"] == f"{name}-headless"
         client = find(rendered, "Service", name, namespace)
-        assert client["spec"]["ports"] == [{"name": "postgres", "port": 5432, "targetPort": "postgres"}]
-        assert secret_keys(rendered, f"{name}-credentials", namespace) == {"username", "password", "database"}
+        assert client["spec"]["ports"] == ports
+        assert secret_keys(rendered, f"{name}-credentials", namespace) == keys
         assert store["spec"] == stateful_store_spec(
-            "postgres", f"{name}.{namespace}.svc.cluster.local", 5432, f"{name}-credentials")
+            kind, f"{name}.{namespace}.svc.cluster.local", ports[0]["port"], f"{name}-credentials")
 
 
 def test_managed_postgres_runs_as_postgres_on_its_volume_with_probes(rendered):
@@ -257,13 +277,18 @@ def test_bad_database_name_and_mode_name_the_key():
 
 
 def test_managed_servers_accept_connections_only_from_their_namespace(rendered):
+    kinds = set()
     for store in stores(rendered):
-        name, namespace = store["metadata"]["name"], store["metadata"]["namespace"]
+        name, namespace, kind = store["metadata"]["name"], store["metadata"]["namespace"], kind_of(store)
         policy = find(rendered, "NetworkPolicy", name, namespace)
         selector = find(rendered, "StatefulSet", name, namespace)["spec"]["selector"]["matchLabels"]
         assert policy["spec"]["podSelector"]["matchLabels"] == selector
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 5432}]}]
+        ports = [{"protocol": "TCP", "port": port} for port in MANAGED[kind][1]]
+        assert [{**rule, "ports": sorted(rule["ports"], key=lambda p: p["port"])} for rule in policy["spec"]["ingress"]] \
+            == [{"from": [{"podSelector": {}}], "ports": sorted(ports, key=lambda p: p["port"])}]
+        kinds.add(kind)
+    assert kinds == set(MANAGED)
 
 
 def test_database_services_select_only_the_servers_pods_not_the_setup_jobs():

@@ -24,8 +24,7 @@ from cloudstation_tools import preflight
 from cloudstation_tools.cli import port_forwards
 from cloudstation_tools.render import validate_config
 from cloudstation_tools.validate import SUPPORTED_VERSIONS
-from tests import promoted
-from tests.conftest import ROOT
+from tests import stacks
 
 SUPPORTED_MINOR = int(SUPPORTED_VERSIONS[-1].split(".")[1])
 TOO_OLD_MINOR = int(SUPPORTED_VERSIONS[0].split(".")[1]) - 2
@@ -63,6 +62,7 @@ case "$1" in
   stack) exit 0 ;;
   up)
     {{ printf 'env'; printf ' %q' "PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL" "PULUMI_CONFIG_PASSPHRASE_FILE=$PULUMI_CONFIG_PASSPHRASE_FILE"; echo; }} >> "$FAKE_LOG"
+    [ -z "${{FAKE_UP_FAILS:-}}" ] || {{ echo "fake pulumi: up failed (FAKE_UP_FAILS)" >&2; exit 5; }}
     # The port-forwards start in the background: wait (bounded) until each has been tried once.
     for _ in $(seq 1 100); do
       [ "$(grep -c ' port-forward ' "$FAKE_LOG")" -ge "$FAKE_FORWARDS" ] && exit 0
@@ -108,10 +108,7 @@ def configmaps_json(mode: str) -> str:
 class Sandbox:
     def __init__(self, tmp_path: Path):
         self.repo = tmp_path / "repo"
-        shutil.copytree(ROOT, self.repo, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", "rendered", ".cloudstation",
-            ".pulumi-state", "bench",
-        ))
+        stacks.copy_repository(self.repo, also_ignored={"bench"})  # the fixture pair as its stack files
         venv = self.repo / ".venv" / "bin"
         venv.mkdir(parents=True)
         _executable(venv / "python", f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
@@ -236,15 +233,15 @@ def test_a_deployment_records_what_it_deployed(sandbox):
     assert json.loads((deployed / "resources.json").read_text())
     # `pulumi up` failed: the previous record stays.
     (deployed / "resources.json").write_text("[]")
-    done = sandbox.run("test", FAKE_FORWARDS="999")  # the fake pulumi fails: forwards never all start
-    assert done.returncode != 0
+    done = sandbox.run("test", FAKE_UP_FAILS="1")
+    assert done.returncode != 0 and "fake pulumi: up failed" in done.stderr, done.stderr
     assert (deployed / "resources.json").read_text() == "[]"
 
 
 def test_without_a_stack_context_the_current_context_is_pinned(sandbox):
     sandbox.tools("kubectl", "pulumi", "docker")
     config = validate_config("test", sandbox.repo)
-    assert config.kubernetes.context is None, "the example stack file sets no context"
+    assert config.kubernetes.context is None, "the fixture stack file (as the example) sets no context"
     done = sandbox.run("test", FAKE_FORWARDS=str(len(sandbox.forwards("test"))))
     assert done.returncode == 0, done.stderr
     kubectl = sandbox.calls("kubectl")
@@ -306,7 +303,8 @@ def test_missing_pieces_are_listed_together_with_their_fixes(sandbox):
     assert "ipvs mode" in text and "mode: iptables" in text and "platform.registry.mode: external" in text
     assert all(_context_of(argv) == "kind-deploy" for argv in sandbox.calls("kubectl"))
     assert not any("port-forward" in argv for argv in sandbox.calls("kubectl"))
-    assert not (sandbox.repo / ".pulumi-state").exists() and not (sandbox.repo / ".cloudstation").exists()
+    # Stopped before the render and the backend (check's render may have written generated Dockerfiles).
+    assert not (sandbox.repo / ".pulumi-state").exists() and not (sandbox.repo / ".cloudstation" / "rendered").exists()
 
 
 def test_unreachable_cluster_and_engine_stop_before_pulumi_up(sandbox):
@@ -327,7 +325,7 @@ def test_unreachable_cluster_and_engine_stop_before_pulumi_up(sandbox):
 
 def test_unknown_context_bad_config_and_missing_kubectl(sandbox):
     sandbox.tools("pulumi", "kubectl")
-    promoted.write(sandbox.repo)  # prod as its first promotion writes it (tests/promoted.py)
+    stacks.write(sandbox.repo)  # prod as its first promotion writes it (tests/stacks/)
     sandbox.set_config("prod", "cloudstation:kubernetes", {"context": "kind-gone"})
     done = sandbox.run("prod")
     assert done.returncode == 1
@@ -369,14 +367,14 @@ def test_kube_proxy_mode_from_kubeadm_and_eks_configmaps():
 
 @pytest.mark.parametrize("stack", ["test", "prod"])
 def test_docker_is_checked_exactly_when_the_stack_builds(stack):
-    config = promoted.validate_config(stack)  # prod as its first promotion writes it
+    config = stacks.validate_config(stack)  # prod as its first promotion writes it
     from infra.delivery import all_entities
 
     # With this machine's Docker engine only in `local` mode (armada builds in the cluster: docs/builds.md).
     expected = (config.environment.value == "test" and config.platform.build_mode == "local"
                 and any(e.image is None for _, e in all_entities(config)))
     assert preflight.builds_images(config) is expected
-    test = validate_config("test")
+    test = stacks.validate_config("test")
     assert preflight.builds_images(test) is False and test.platform.build_mode == "armada"
     local = test.model_copy(update={"platform": test.platform.model_copy(
         update={"builds": test.platform.builds.model_copy(update={"mode": "local"})})})

@@ -19,7 +19,7 @@ And no migration can be skipped: a workload that uses a database some migration 
 (transitively, in the registered graph) on that Job, run by the same version, awaited to completion
 and re-run after a failure; a version bump replaces it (a new Job, run again).
 
-The stacks: both example stack files, prod on a cluster of its own (tests/armada_variants.py), and
+The stacks: both example stack files, prod on a cluster of its own (tests/stacks/), and
 `every-pin`: the test stack with a managed Cassandra, S3 backups, monitoring and Binoculars on, so
 that every pin but the entities' base images is deployed by one of them.
 """
@@ -36,7 +36,7 @@ from cloudstation_tools import engine, render
 from components import postgres as postgres_component
 from infra import config as stack_config
 from infra import delivery, store_versions, versions
-from tests import armada_variants, cloudstate_variants, promoted, unpinned
+from tests import stacks, unpinned
 from tests.conftest import ROOT
 from tests.test_backups import S3_SETTINGS
 from tests.test_engine_replacements import GROUPS, STACK_RENDERERS, VERSION_CONSTANTS, deployed, renders  # noqa: F401
@@ -44,12 +44,12 @@ from tests.test_stack_file_errors import _refused_before_any_resource, engine_st
 
 DOC = ROOT / "docs" / "upgrades.md"
 EVERY_PIN = "every-pin"
-STACKS = ["test", "prod", armada_variants.OWN_CLUSTER, EVERY_PIN]
+STACKS = ["test", "prod", stacks.OWN_CLUSTER, EVERY_PIN]
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "CronJob", "Job")
 
 
 def every_pin_stack_file() -> render.StackFile:
-    return cloudstate_variants.edited(
+    return stacks.edited(
         "test",
         platform=lambda p: unpinned.opt_out({
             **p,
@@ -65,7 +65,7 @@ def _every_pin(stack: str) -> render.Rendered:
     """Rendered with the pins as they are at the call (the bumped renders patch them first)."""
     if versions.IMAGES == _CURRENT_IMAGES:
         return _every_pin_now()
-    return render.render("test", stack_file=every_pin_stack_file())
+    return stacks.render("test", stack_file=every_pin_stack_file())
 
 
 _CURRENT_IMAGES = dict(versions.IMAGES)
@@ -73,7 +73,7 @@ _CURRENT_IMAGES = dict(versions.IMAGES)
 
 @functools.lru_cache(maxsize=None)
 def _every_pin_now() -> render.Rendered:
-    return render.render("test", stack_file=every_pin_stack_file())
+    return stacks.render("test", stack_file=every_pin_stack_file())
 
 
 STACK_RENDERERS[EVERY_PIN] = _every_pin
@@ -306,7 +306,7 @@ def skipped_migrations(graph: engine.Graph) -> list[str]:
     return problems
 
 
-ARMADA_STACKS = ["test", armada_variants.OWN_CLUSTER, EVERY_PIN]
+ARMADA_STACKS = ["test", stacks.OWN_CLUSTER, EVERY_PIN]
 
 
 @pytest.mark.parametrize("stack", ARMADA_STACKS)
@@ -399,7 +399,7 @@ def _store_versions(stack_file: render.StackFile, **stores: dict) -> render.Stac
 
 
 def _load(stack: str, stack_file: render.StackFile) -> stack_config.StackConfig:
-    return stack_config.load(stack_file.values, root=ROOT, source=f"Pulumi.{stack}.yaml",
+    return stacks.load(stack_file.values, source=f"Pulumi.{stack}.yaml",
                              secret_keys=stack_file.secret_keys)
 
 
@@ -465,13 +465,13 @@ def test_a_major_upgrade_passes_only_as_acknowledged_and_then_recorded(monkeypat
 
 def test_stores_the_stack_does_not_manage_are_not_checked(monkeypatch):
     """External stores' data is not on this stack's volumes: `non-owner` uses an external
-    PostgreSQL and no Armada (cloudstate_variants), so a PostgreSQL major bump passes there."""
+    PostgreSQL and no Armada (tests/stacks/), so a PostgreSQL major bump passes there."""
     monkeypatch.setitem(versions.IMAGES, "postgres", _with_major(versions.IMAGES["postgres"], 99))
-    edited = cloudstate_variants.edited(
-        "test", platform=lambda p: {**p, "ownsClusterResources": False, "cloudstate": {}, "armada": {"enabled": False},
-                                    "stores": {"postgres": {"mode": "external", "host": "pg.example.internal",
-                                                            "cidrs": ["10.20.30.40/32"],
-                                                            "credentialsSecret": {"namespace": "ops", "name": "pg"}}}},
+    edited = stacks.edited(
+        "test", platform=lambda p: stacks.sharing(p, cloudstate={}, armada={"enabled": False},
+                                                  stores={"postgres": {"mode": "external", "host": "pg.example.internal",
+                                                                       "cidrs": ["10.20.30.40/32"],
+                                                                       "credentialsSecret": {"namespace": "ops", "name": "pg"}}}),
         projects=lambda projects: [{**project, "store": "cassandra"} for project in projects])
     config = stack_config.load(edited.values, source="Pulumi.test.yaml", secret_keys=edited.secret_keys)
     assert store_versions.managed_stores(config) == {"cassandra"}
@@ -482,7 +482,7 @@ def test_managed_stores_are_the_stores_the_stack_runs(renders, stack):
     """The check's view of a stack (from its config) against the render: each store pin that runs
     in a StatefulSet of the stack."""
     stack_file = every_pin_stack_file() if stack == EVERY_PIN else (
-        armada_variants.stack_file(stack) if stack == armada_variants.OWN_CLUSTER else promoted.read(stack))
+        stacks.stack_file(stack) if stack == stacks.OWN_CLUSTER else stacks.read(stack))
     config = stack_config.load(stack_file.values, source=stack, secret_keys=stack_file.secret_keys)
     running = {store for store in store_versions.STORES
                if any(o.kind == "StatefulSet" and _names(_template(o), [versions.IMAGES[store].split("/", 1)[1]])
@@ -497,7 +497,7 @@ def test_an_acknowledged_postgres_major_starts_on_its_own_data_directory(monkeyp
     old = versions.major("postgres")
     monkeypatch.setitem(versions.IMAGES, "postgres", _with_major(versions.IMAGES["postgres"], old + 1))
     stack_file = _store_versions(_stack_file("postgres"), postgres={"majorUpgrade": f"{old}->{old + 1}"})
-    rendered = render.render("test", stack_file=stack_file)
+    rendered = stacks.render("test", stack_file=stack_file)
     servers = [o for o in rendered.manifests() if o["kind"] == "StatefulSet"
                and "postgres:" in o["spec"]["template"]["spec"]["containers"][0]["image"]]
     assert len(servers) == 2  # Armada's and project-state's (the project is on Cassandra here)

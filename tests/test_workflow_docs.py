@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cloudstation_tools import cli, render
-from tests import promoted
+from tests import stacks
 from tests.conftest import ROOT
 from tests.test_up_script import BASH, Sandbox
 
@@ -51,7 +51,7 @@ def offline_run(tmp_path_factory):
     """The offline blocks run in order in a copy of the repository, with an upgrade between the
     "before" and "after" renders: every managed PostgreSQL's volume grows (a StatefulSet replacement)."""
     sandbox = Sandbox(tmp_path_factory.mktemp("docs"))
-    promoted.write(sandbox.repo)  # the guide is for deployed stacks: prod as its first promotion writes it
+    stacks.write(sandbox.repo)  # the guide is for deployed stacks: prod as its first promotion writes it
     env = {**sandbox.env, "PATH": f"{sandbox.repo / '.venv' / 'bin'}:{sandbox.env['PATH']}"}
     outputs = []
     for offline, body in bash_blocks(DOC):

@@ -284,15 +284,20 @@ def promotion(prod: Stack, source: Optional[Stack]) -> list[Finding]:
         return []
     mine, theirs = _entity_keys(prod), _entity_keys(source)
     images = _images(prod)
-    command = lambda keys: promote.promote_command(source.name, prod.name, keys)  # noqa: E731
-    found = []
     missing = sorted(k for k in mine if images.get(k) is None)
-    if missing and len(missing) == len(mine):
-        return [keyed(NOTICE, prod.file, prod.lines, f"{PROJECT}:projects", None,
-                      f"{prod.file} was never promoted: deploy {source.name} (`bash scripts/up.sh {source.name}`), then "
-                      f"run {command([])}", "promotion", related=(source.file,))]
+    # Never promoted: the first promotion promotes every entity at once (and refuses an entity that is
+    # in only one of the stacks, so those are named too).
+    first = bool(missing) and len(missing) == len(mine)
+    command = lambda keys: promote.promote_command(source.name, prod.name, [] if first else keys)  # noqa: E731
+    found = []
+    if first:
+        found.append(keyed(NOTICE, prod.file, prod.lines, f"{PROJECT}:projects", None,
+                           f"{prod.file} was never promoted: deploy {source.name} (`bash scripts/up.sh {source.name}`), "
+                           f"then run {command([])}", "promotion", related=(source.file,)))
     for key in missing:
         if key in theirs:
+            if first:
+                continue  # the notice above says it
             fix = f"deploy {source.name}, then promote it: {command([key])}"
         else:
             fix = f"add it to {source.file}, deploy {source.name}, then promote it: {command([key])}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
 

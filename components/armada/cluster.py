@@ -20,11 +20,12 @@ Upstream's roles (armada/NOTES.md §7) grant far more; what v0.22.7 actually doe
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components.armada.settings import PriorityClassSettings
 from components.k8s import PART_OF
@@ -128,10 +129,95 @@ def build_secret_rule(build_namespace: str, build_secrets: Mapping[str, str]) ->
     }
 
 
+IMAGE_ID = "(sha256|sha384|sha512):"
+"""An image field that is an image ID (or a prefix of one), not a reference: containerd's CRI image
+service resolves a full `sha256:<hex>` as the ID of a local image (LocalResolve: digest.Parse first),
+Docker's image store a prefix too; whatever registry the image came from, the node runs it as is."""
+
+
+def registry_image_pattern(node_port: Optional[int], service_hosts: Sequence[str],
+                           pull_prefix: Optional[str] = None) -> str:
+    """An RE2 pattern (also Python's `re`), case-insensitive, of the image references that name the
+    platform registry, and of image IDs. The registry's names: `pull_prefix` (`host[:port][/path]`, what
+    entity pods pull, so the exact name the nodes cache its images under; an external registry's too),
+    `localhost:<nodePort>` and the other loopback forms of it (kube-proxy's
+    iptables rule for NodePorts matches every local address, all of 127/8; ::1 and leading zeros of the
+    port for good measure), and the Service's
+    in-cluster names (`<service>.<namespace>[.svc[.<cluster domain>]]`, any port) where build pods push.
+    Written for a CEL string literal: no quotes, and each regex backslash doubled."""
+    names = []
+    if pull_prefix:
+        assert re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*", pull_prefix), pull_prefix
+        names.append(pull_prefix.replace(".", "[.]") + "/")
+    if node_port is not None:
+        loopback = (r"localhost[.]?|127([.][0-9]{1,3}){3}|\\[[0:]*1\\]|\\[[0:]*ffff:127([.][0-9]{1,3}){3}\\]")
+        names.append(f"({loopback}):0*{node_port}/")
+    for host in service_hosts:
+        assert re.fullmatch(r"[a-z0-9.-]+(:[0-9]+)?", host), host
+        names.append(f"{host.replace('.', '[.]')}([.]svc([.][a-z0-9-]+)*)?[.]?(:[0-9]+)?/")
+    return "(?i)^(" + "|".join([IMAGE_ID, *names]) + ")"
+
+
+def registry_image_rule(node_port: Optional[int], service_hosts: Sequence[str],
+                        pull_prefix: Optional[str] = None) -> dict:
+    """No job pod names an image of the platform registry, nor an image ID (issue 20 re-review).
+
+    The attack: a job (an Armada user's, not a CloudStation tenant) names `localhost:<nodePort>/shop/
+    cart@sha256:…` with imagePullPolicy IfNotPresent; the kubelet finds the copy it pulled for shop's
+    entity pods and runs it without asking the registry, so no credential is checked. Requiring
+    `imagePullPolicy: Always` for these images would make the kubelet pull, and the registry refuse a
+    job (it has no pull credential: job namespaces hold none, and a pod may only name Secrets of its own
+    namespace). We refuse them outright instead, whatever the pull policy (the policy sees it after
+    defaulting: a digest or a tag other than `latest` defaults to IfNotPresent), because:
+    - no job legitimately runs them: build pods run the kaniko and fetch pins (from docker.io or
+      `platform.imageMirror`, never this registry: their pods have no credential for it), and kaniko pulls
+      base images itself, through `registryMirrors`, not through the kubelet; an Armada user's job has no
+      pull credential for it at all, so such a pod could only ever run what a node has cached;
+    - `Always` holds only while the nodes themselves hold no credential for the registry (a containerd
+      hosts.toml `auth`, a kubelet credential provider): with one, the pull would succeed for any pod;
+    - an image ID (`sha256:<hex>`) names a local image whatever its registry, and no pull policy is
+      checked against a registry for it: refused in every namespace the policy covers.
+    Every container kind (init, regular, ephemeral) and image volume (`volumes[].image.reference`).
+    An UPDATE of `pods` is judged only on what it adds: an image the old pod already named is left alone, so
+    a job pod created before this rule stays patchable by the executor (annotations). CREATE and the
+    subresource pods/ephemeralcontainers are judged whole (a debug container could otherwise reuse an image
+    the pod has). The names are the exact ones the nodes cache under (`registry_image_pattern`), and image IDs.
+    Not covered by name: the Service's ClusterIP or a node's own address with the NodePort (not known
+    when the policy is rendered); no node keeps an image under those names, and a pull from them needs a
+    credential the job does not have."""
+    spec, pattern = POD_SPEC, registry_image_pattern(node_port, service_hosts, pull_prefix)
+    old = "dyn(oldObject.spec)"
+    old_images = " + ".join([
+        *(f"(has({old}.{kind}) ? {old}.{kind}.map(o, has(o.image) ? o.image : '') : [])"
+          for kind in ("initContainers", "containers", "ephemeralContainers")),
+        f"(has({old}.volumes) ? {old}.volumes.map(o, has(o.image) && has(o.image.reference) ? o.image.reference : '')"
+        " : [])"])
+    # Only evaluated for an image that matches: an UPDATE of the pod itself (no subresource) may keep it.
+    kept = ("(request.operation == 'UPDATE' && (!has(request.subResource) || request.subResource == '') && "
+            "{ref} in (" + old_images + "))")
+    clean = lambda ref: f"(!{ref}.matches('{pattern}') || {kept.format(ref=ref)})"  # noqa: E731
+    checks = [*(f"(!has({spec}.{kind}) || {spec}.{kind}.all(c, !has(c.image) || {clean('c.image')}))"
+                for kind in ("initContainers", "containers", "ephemeralContainers")),
+              f"(!has({spec}.volumes) || {spec}.volumes.all(v, !has(v.image) || !has(v.image.reference) || "
+              f"{clean('v.image.reference')}))"]
+    names = ([f"localhost:{node_port}", f"127.0.0.1:{node_port}"] if node_port is not None else []) + [
+        f"{host}[.svc...]" for host in service_hosts]
+    if pull_prefix and pull_prefix not in names:
+        names.insert(0, f"{pull_prefix}/...")
+    registry = f"images of the platform registry ({', '.join(names)}) or " if names else ""
+    return {
+        "expression": "request.kind.kind != 'Pod' || (" + " && ".join(checks) + ")",
+        "message": (f"Armada jobs may not run {registry}an image ID (sha256:...): a node may hold another project's "
+                    "image in its cache and would run it without asking the registry for a credential"),
+        "reason": "Forbidden",
+    }
+
+
 def job_policy_validations(
     job_namespaces: Sequence[str], job_service_account: str, build_namespace: Optional[str] = None,
     build_queues: Sequence[str] = (), build_labels: Sequence[str] = (), build_user_namespace: bool = False,
-    build_secrets: Optional[Mapping[str, str]] = None,
+    build_secrets: Optional[Mapping[str, str]] = None, registry_node_port: Optional[int] = None,
+    registry_service_hosts: Sequence[str] = (), registry_pull_prefix: Optional[str] = None,
 ) -> list[dict]:
     """The rules: in a job namespace, as the designated service account, without platform labels.
     CEL against the admission request (`request`) and the object after mutating admission
@@ -139,7 +225,9 @@ def job_policy_validations(
     namespace: only jobs of the build queues run there (its pods may read the registry's push
     credentials), and only they may carry `build_labels`; with `build_user_namespace`, its pods must
     run in their own user namespace (`hostUsers: false`); with `build_secrets` (queue -> Secret), a
-    pod of a build queue refers to its own project's build Secret only (`build_secret_rule`).
+    pod of a build queue refers to its own project's build Secret only (`build_secret_rule`). No pod
+    names an image of the platform registry (`registry_pull_prefix`, `registry_node_port`,
+    `registry_service_hosts`) or an image ID (`registry_image_rule`).
 
     Pod-only fields are read through `dyn(object.spec)`, each behind `request.kind.kind != 'Pod' ||`:
     the API server type-checks every validation against each kind `matchConstraints` matches
@@ -202,6 +290,7 @@ def job_policy_validations(
             "message": "Armada jobs may not carry the platform's own labels",
             "reason": "Forbidden",
         },
+        registry_image_rule(registry_node_port, registry_service_hosts, registry_pull_prefix),
         *builds,
     ]
 
@@ -210,9 +299,15 @@ def job_policy(
     executor_users: Sequence[str], job_namespaces: Sequence[str], job_service_account: str,
     build_namespace: Optional[str] = None, build_queues: Sequence[str] = (), build_labels: Sequence[str] = (),
     build_user_namespace: bool = False, build_secrets: Optional[Mapping[str, str]] = None,
+    registry_node_port: Optional[int] = None, registry_service_hosts: Sequence[str] = (),
+    registry_pull_prefix: Optional[str] = None,
 ) -> dict:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) on what the
-    executors' service accounts create or change: pods, services, ingresses."""
+    executors' service accounts create or change: pods, services, ingresses; and the subresource
+    pods/ephemeralcontainers (`kubectl debug`: an UPDATE whose object is the whole Pod, which a rule on
+    `pods` alone does not match), so that no rule on a pod's containers hangs on the executor lacking
+    that right. The API server type-checks only the rules' resources (its `extractResources` skips
+    subresources), so the expressions meet the same kinds as before."""
     return {
         "metadata": {"name": JOB_POLICY, "labels": cluster_labels("armada")},
         "spec": {
@@ -220,7 +315,7 @@ def job_policy(
             "matchConstraints": {
                 "resourceRules": [
                     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                     "resources": ["pods", "services"]},
+                     "resources": ["pods", "pods/ephemeralcontainers", "services"]},
                     {"apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                      "resources": ["ingresses"]},
                 ],
@@ -230,7 +325,7 @@ def job_policy(
             ],
             "validations": job_policy_validations(
                 job_namespaces, job_service_account, build_namespace, build_queues, build_labels, build_user_namespace,
-                build_secrets,
+                build_secrets, registry_node_port, registry_service_hosts, registry_pull_prefix,
             ),
         },
     }
@@ -309,6 +404,12 @@ class ClusterPrerequisitesArgs:
     """Build pods must set `hostUsers: false` (platform.builds.userNamespace)."""
     build_secrets: Mapping[str, str] = field(default_factory=dict)
     """Build queue -> the one Secret its pods may refer to (its project's build credential)."""
+    registry_node_port: Optional[int] = None
+    """The platform registry's NodePort, when it runs in this cluster: job pods may not name its images."""
+    registry_service_hosts: Sequence[str] = ()
+    """`<service>.<namespace>` of the platform registry in this cluster (the same)."""
+    registry_pull_prefix: Optional[str] = None
+    """`host[:port][/path]` entity images are pulled from (any registry mode): job pods may not name its images."""
 
 
 class ClusterPrerequisites(Component):
@@ -352,7 +453,8 @@ class ClusterPrerequisites(Component):
             f"{name}-job-policy",
             **job_policy(args.executor_users, args.job_namespaces, args.job_service_account,
                          args.build_namespace, args.build_queues, args.build_labels, args.build_user_namespace,
-                         args.build_secrets),
+                         args.build_secrets, args.registry_node_port, args.registry_service_hosts,
+                         args.registry_pull_prefix),
             opts=child,
         )
         self.resources.append(policy)

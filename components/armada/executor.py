@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components.armada.auth import AUTH_FILE, COMPONENT, ServiceCredentials, checksum, executor_auth_file, executor_user, render
 from components.armada.cluster import EXECUTOR_CLUSTER_ROLE, EXECUTOR_JOBS_ROLE

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 
 from components.armada.config import (
     SCHEDULER, SCHEDULER_LEASE, SCHEDULER_PORTS, leader_identity_env, postgres_env, scheduler_config,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
-from components import kube as k8s
+import pulumi_kubernetes as k8s
 import yaml
 
 from components.armada.auth import ServiceCredentials
