@@ -51,6 +51,24 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The directory holding components/ (the repository root) on the machine running the program."""
 
 
+class ProjectProvider(dynamic.ResourceProvider):
+    """Base of the project's dynamic providers: each travels as `load_provider(PROJECT_ROOT, its
+    module, its class)`, captures nothing (so its serialized form need not be secret), and reports
+    the input problems its `problems` finds as check failures."""
+
+    serialize_as_secret_always = False
+
+    def __reduce__(self):
+        return load_provider, (PROJECT_ROOT, type(self).__module__, type(self).__qualname__)
+
+    def problems(self, news: dict[str, Any]) -> list[tuple[str, str]]:
+        """`(input key, reason)` for each thing wrong with the inputs; none by default."""
+        return []
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
+        return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in self.problems(news)])
+
+
 # --- registering a dynamic resource ---------------------------------------------------------------
 
 _PICKLER_PATCHED = ("_batch_setitems", "save_dict")

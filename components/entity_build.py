@@ -88,7 +88,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components.component import Component
-from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
+from components.dynamic_provider import ProjectDynamicResource, ProjectProvider
 
 CONTEXT_ANNOTATION = "cloudstation.io/build-context"
 IMAGE_ANNOTATION = "cloudstation.io/build-image"
@@ -309,18 +309,11 @@ def _jobs(props: dict, wait: float):
                       retry_interval=min(2.0, max(wait / 4, 0.05)))
 
 
-class EntityBuildProvider(dynamic.ResourceProvider):
+class EntityBuildProvider(ProjectProvider):
     """Ensures `<repository>:<contentTag>` exists (see the module docstring); id `<repository>:<tag>`."""
 
-    # The provider object captures nothing (it is re-imported by name), so it need not be secret.
-    serialize_as_secret_always = False
-
-    def __reduce__(self):
-        # Rebuilt by import in Pulumi's dynamic-provider process (components/dynamic_provider.py).
-        return load_provider, (PROJECT_ROOT, "components.entity_build", "EntityBuildProvider")
-
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
-        return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in problems(news)])
+    def problems(self, news: dict[str, Any]) -> list[tuple[str, str]]:
+        return problems(news)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         # `olds` are the previous outputs (dynamic/__main__.py `Diff`), which repeat the inputs; both

@@ -59,7 +59,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import kube_tunnel
-from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
+from components.dynamic_provider import ProjectDynamicResource, ProjectProvider
 
 ALPHABET = string.ascii_letters + string.digits
 """pulumi-random RandomPassword(special=False): upper, lower and numeric characters."""
@@ -241,18 +241,11 @@ def read_secret(namespace: str, name: str, context: Optional[str], env: Mapping[
 # --- the provider ------------------------------------------------------------------------------
 
 
-class KeptSecretProvider(dynamic.ResourceProvider):
+class KeptSecretProvider(ProjectProvider):
     """Values of a kept Secret (module docstring); id `<namespace>/<name>`."""
 
-    # The provider object captures nothing (it is re-imported by name), so it need not be secret.
-    serialize_as_secret_always = False
-
-    def __reduce__(self):
-        # Rebuilt by import in Pulumi's dynamic-provider process (components/dynamic_provider.py).
-        return load_provider, (PROJECT_ROOT, "components.kept_secret", "KeptSecretProvider")
-
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
-        return dynamic.CheckResult(news, [dynamic.CheckFailure(key, reason) for key, reason in problems(news)])
+    def problems(self, news: dict[str, Any]) -> list[tuple[str, str]]:
+        return problems(news)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         # `olds` are the previous outputs, which repeat the inputs (create).

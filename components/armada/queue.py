@@ -17,7 +17,7 @@ import pulumi.dynamic as dynamic
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.armada.queue_api import QueueClient, QueueExists
-from components.dynamic_provider import PROJECT_ROOT, ProjectDynamicResource, load_provider
+from components.dynamic_provider import ProjectDynamicResource, ProjectProvider
 from components.model import ConfigModel, DnsLabel, problem
 from components.component import Component
 
@@ -204,22 +204,14 @@ def client_for(props: dict) -> QueueClient:
     )
 
 
-class QueueProvider(dynamic.ResourceProvider):
+class QueueProvider(ProjectProvider):
     """CRUD of one Armada queue over REST; the queue's name is its id."""
 
-    # Nothing secret is captured (the URL is plain config), so state need not hide the provider.
-    serialize_as_secret_always = False
-
-    def __reduce__(self):
-        # Rebuilt by import in Pulumi's dynamic-provider process (components/dynamic_provider.py).
-        return load_provider, (PROJECT_ROOT, "components.armada.queue", "QueueProvider")
-
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
-        failures = []
+    def problems(self, news: dict[str, Any]) -> list[tuple[str, str]]:
         factor = news.get("priorityFactor")
         if isinstance(factor, (int, float)) and factor < 1:
-            failures.append(dynamic.CheckFailure("priorityFactor", f"must be at least 1, got {factor}"))
-        return dynamic.CheckResult(news, failures)
+            return [("priorityFactor", f"must be at least 1, got {factor}")]
+        return []
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         changed = changed_fields(olds, news)
