@@ -438,3 +438,30 @@ def test_every_newcomer_path_at_once_leaves_the_suite_green(example_copy, tmp_pa
         checked = [name for name, (outcome, _) in outcomes.items() if f"[{source}]" in name and outcome == "passed"]
         assert len(checked) >= 5, (source, checked)
     assert sum(outcome == "passed" for outcome, _ in outcomes.values()) > 250
+
+
+@pytest.mark.example_stacks  # the edit starts from the example stack files
+def test_a_store_switch_as_written_is_reported_in_one_round(example_copy, tmp_path):
+    """`store: cassandra` in both files and nothing else, as docs/cloudstate.md says it: prod's entity
+    pods would then run the Cassandra proxy, whose pin may have no digest (a config error of prod's
+    opt-out), and the same report already has what only the render shows: the cluster over its
+    budget, and the claims the switch leaves behind in both stacks (it came in two rounds)."""
+    copy = tmp_path / "repo"
+    shutil.copytree(example_copy, copy, symlinks=True)
+    test, prod = stack_config(copy, "test"), stack_config(copy, "prod")
+    for config in (test, prod):
+        project_of(config, "shop")["store"] = "cassandra"
+    write_stack_config(copy, "test", test)
+    write_stack_config(copy, "prod", prod)
+
+    done = run(copy, "-m", "infra", "check", "--format", "json", timeout=300)
+    findings = json.loads(done.stdout)["findings"]
+    found = sorted((f["severity"], f["check"], f["file"], f["key"]) for f in findings if f["severity"] != "notice")
+    expected = [("error", "budget", "Pulumi.test.yaml", "cloudstation:platform.clusterBudget"),
+                ("warning", "data", "Pulumi.prod.yaml", "cloudstation:projects[0].store"),
+                ("warning", "data", "Pulumi.test.yaml", "cloudstation:projects[0].store")]
+    if versions.digest_of(versions.image("cloudstate-proxy-cassandra")) is None:
+        expected.append(("error", "config", "Pulumi.prod.yaml", "cloudstation:platform.images.allowUnpinned"))
+    assert (done.returncode, found) == (1, sorted(expected)), json.dumps(findings, indent=1)
+    unpinned = [f for f in findings if f["key"] == "cloudstation:platform.images.allowUnpinned"]
+    assert all("cloudstate-proxy-cassandra" in f["message"] and f["line"] for f in unpinned), unpinned

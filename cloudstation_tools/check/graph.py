@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cloudstation_tools import policy_offline, validate
 from cloudstation_tools.check.findings import ERROR, NOTICE, Finding
-from cloudstation_tools.check.stacks import Stack
+from cloudstation_tools.check.stacks import Stack, opted_out
 
 
 NO_CRD = "no CRD among the rendered objects defines"
@@ -52,7 +52,9 @@ def _per_versions(problems: list[str]) -> list[str]:
 
 
 def policy(stack: Stack, root: Path) -> list[Finding]:
-    violations = policy_offline.run(stack.rendered.registrations, stack.name, stack.values.values, root)
+    # An image by tag is already the stack's config error (stacks.py): not reported twice.
+    values = opted_out(stack.values) if stack.unpinned_for_review else stack.values
+    violations = policy_offline.run(stack.rendered.registrations, stack.name, values.values, root)
     return [Finding(ERROR, stack.file, f"rendered {v.message} (`pulumi preview --policy-pack policy` refuses it)",
                     f"policy:{v.policy}") if v.applicable else
             Finding(NOTICE, stack.file, f"not applicable here: {v.message}", f"policy:{v.policy}") for v in violations]

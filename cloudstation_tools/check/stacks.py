@@ -7,10 +7,15 @@ notice of `promotion`), and rendered as its next promotion would write it: each 
 image gets the source stack's rendered reference (`promote --from test`), or, for an entity the
 source does not deploy, a made-up digest at its repository, so that the rest of the stack is checked
 before anything was promoted. `diff` renders prod the same way.
+
+A stack whose only problem is a platform image still without a digest (infra/stack_images.py) is
+reported so and still rendered, as if its opt-out named every such pin, so that what the rest of
+the checks find (the budget, the data a store switch leaves behind) comes in the same report.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -19,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from cloudstation_tools import promote, render, stack_file as stack_file_edits
 from cloudstation_tools.check.findings import ERROR, Finding, from_problem
-from infra import cluster_sharing, config as stack_config, stack_yaml
+from infra import cluster_sharing, config as stack_config, image_pins, stack_images, stack_yaml, versions
 from infra.config import ConfigError, Environment
 from infra.image_refs import entity_repository
 
@@ -42,6 +47,8 @@ class Stack:
     """Images given for review to entities without one: `<project>/<entity>` -> reference."""
     made_up: set[str] = field(default_factory=set)
     """Keys of `filled` whose reference is made up (the source stack does not deploy them)."""
+    unpinned_for_review: bool = False
+    """Its only problem is an image by tag: validated and rendered with every such pin opted out."""
 
     @property
     def valid(self) -> bool:
@@ -72,7 +79,25 @@ def load(root: Path, name: str) -> Stack:
                                          secret_keys=stack.values.secret_keys, require_images=False)
     except ConfigError as error:
         stack.problems = findings_of(error.problems, file, stack.lines)
+        if all(problem.startswith(f"{image_pins.KEY}:") for problem in error.problems):
+            try:
+                stack.config = stack_config.load(opted_out(stack.values).values, root=root, source=file,
+                                                 secret_keys=stack.values.secret_keys, require_images=False)
+                stack.unpinned_for_review = True
+            except ConfigError:
+                pass  # its opt-out itself is wrong: reported above
     return stack
+
+
+def opted_out(values: render.StackFile) -> render.StackFile:
+    """The stack file with every pin still without a digest in `platform.images.allowUnpinned`."""
+    platform = json.loads(values.values.get("cloudstation:platform") or "{}")
+    images = platform.setdefault("images", {})
+    listed = list(images.get("allowUnpinned") or [])
+    listed += [name for name in versions.TAGS if name not in listed and stack_images.runs_by_tag(
+        stack_images.StackImage(name, versions.IMAGES[name], ""))]
+    images["allowUnpinned"] = listed
+    return render.StackFile({**values.values, "cloudstation:platform": json.dumps(platform)}, values.secret_keys)
 
 
 def findings_of(problems: list[str], file: str, lines: Optional[stack_yaml.KeyLines], check: str = "config") -> list[Finding]:
@@ -112,6 +137,8 @@ def render_stack(stack: Stack, root: Path, source_images: Optional[dict[str, str
         values = stack.values
         if stack.is_prod:
             values = _filled(stack, root, source_images or {})
+        if stack.unpinned_for_review:
+            values = opted_out(values)
         stack.rendered = render.render(stack.name, root, stack_file=values)
     except ConfigError as error:
         stack.problems += findings_of(error.problems, stack.file, stack.lines)
