@@ -27,9 +27,10 @@ if [ -d entities ] && find entities -name '*.test.mjs' -o -name '*.test.js' | gr
 fi
 # Tests in parallel processes (pytest-xdist), a module's tests in one process (its module-scoped
 # fixtures are built once); CLOUDSTATION_TEST_WORKERS=1 runs them in this one.
+# The 20 slowest tests are listed at the end (the suite's time budget: README, "Tests").
 workers="${CLOUDSTATION_TEST_WORKERS:-2}"
 if [ "$workers" -gt 1 ]; then
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+  .venv/bin/python -m pytest -q --durations=20 -n "$workers" --dist loadfile "$@"
 else
-  .venv/bin/python -m pytest -q "$@"
+  .venv/bin/python -m pytest -q --durations=20 "$@"
 fi
