@@ -69,9 +69,10 @@ class ProjectQueueSettings(ConfigModel):
     priority_factor: float = Field(default=1.0, ge=1)
     """Priority factor of every build queue (at least 1)."""
     user_owners: list[str] = []
-    """Users who own every build queue (e.g. the CI principal that submits builds)."""
+    """Users who own every build queue: each may submit a job to any project's queue, whose pods may mount that
+    project's build credential (docs/security.md), so the platform's own principals only, never a tenant's CI."""
     group_owners: list[str] = []
-    """Groups who own every build queue."""
+    """Groups who own every build queue (the same reach as `userOwners`)."""
 
 
 class QueueApiSettings(ConfigModel):
