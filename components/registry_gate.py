@@ -35,13 +35,19 @@ What it does with each request, in this order:
    in Accept: registry/handlers/manifests.go GetManifest answers 404 for a type it is not offered)
    and the PUT happen under one lock per repository:tag, so two concurrent creates cannot both win
    (one gate serves the registry: one replica, filesystem storage).
-5. Forwarding: request and response bodies stream in 64 KiB pieces (a manifest PUT by tag is read
-   whole, at most MAX_MANIFEST_BYTES: distribution's own limit, manifests.go maxManifestBodySize);
-   upstream answers, errors included, pass through unchanged.
-6. Bounds (`_Server`, `Handler.handle_one_request`): one thread per connection, at most MAX_CONNECTIONS
-   at once; more wait without a thread (QUEUE_SECONDS) or are refused (503 with Retry-After); a
-   request's whole head must arrive within IDLE_SECONDS of the connection's opening or the previous
-   answer, while a body and an answer get SOCKET_TIMEOUT_SECONDS per read or write (slow uploads work).
+5. Forwarding: request and response bodies stream in 64 KiB pieces (a create-only manifest PUT is read
+   whole, at most MAX_MANIFEST_BYTES: distribution's own limit, manifests.go maxManifestBodySize; one
+   announcing more is answered 413 before it is read); upstream answers, errors included, pass through
+   unchanged.
+6. Bounds (`_Server`, `Handler`), each refusal at once with Retry-After: one thread per connection, at
+   most MAX_CONNECTIONS at once; more wait without a thread (QUEUE_SECONDS) or are refused (503). One
+   client address holds at most PER_PEER_CONNECTIONS of the connections served and waiting (503), one
+   user at most PER_USER_REQUESTS requests in flight (429 TOOMANYREQUESTS); loopback, where the
+   deployer's port-forward arrives, has neither share. A request's whole head must arrive within
+   IDLE_SECONDS of the connection's opening or the previous answer; then each read of its body may wait
+   BODY_IDLE_SECONDS (a stalled body is cut, a slow but active upload keeps going) and each write of the
+   answer SOCKET_TIMEOUT_SECONDS. Manifest bodies read whole (item 5) hold at most MANIFEST_BUFFER_BYTES
+   of memory at once (503), one user's MANIFEST_BUFFER_BYTES_PER_USER (429).
 
 Every refusal is a registry API error body (`{"errors": [{"code": "DENIED"|"UNAUTHORIZED", ...}]}`,
 distribution-spec "Error Codes") whose message names the user, the repository and the action.
@@ -56,6 +62,7 @@ import hashlib
 import http.client
 import http.server
 import io
+import ipaddress
 import json
 import re
 import socket
@@ -106,12 +113,21 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 MAX_MANIFEST_BYTES = 4 << 20
+MANIFEST_BUFFER_BYTES = 24 << 20
+"""Bytes of manifest bodies held at once, each read whole before its create-only check: with the rest of
+the gate (about 26 MiB) well within its container's 128 MiB (components/registry.py GATE_RESOURCES).
+Real manifests are a few KiB."""
+MANIFEST_BUFFER_BYTES_PER_USER = 8 << 20
+"""One user's share of MANIFEST_BUFFER_BYTES (two of the largest manifests), so one tenant cannot take it all."""
 CHUNK = 64 << 10
 AUTH_CACHE_SECONDS = 60.0
 AUTH_CACHE_ENTRIES = 1024
 SOCKET_TIMEOUT_SECONDS = 300.0
-"""Once a request's head is in: how long any one read or write of it may wait (a slow but active upload
-keeps going as long as each piece comes within this)."""
+"""How long one write of an answer to the client may wait, and one exchange with the registry behind."""
+BODY_IDLE_SECONDS = 30.0
+"""Once a request's head is in: how long one read of its body may wait. A body that stops coming (a
+client dripping a byte now and then to hold a thread) is cut after this much silence; a slow but active
+upload keeps going as long as each piece comes within it."""
 IDLE_SECONDS = 30.0
 """How long a connection may take to deliver a whole request line and headers, counted from its
 opening or from the end of the previous answer (a kept-alive connection between requests): an idle or
@@ -123,6 +139,14 @@ MAX_CONNECTIONS = 64
 to QUEUE_SECONDS (in the listen backlog, beyond it in the clients' TCP retries: no thread), then is
 answered 503 UNAVAILABLE with `Retry-After` and closed. Sized for the registry's honest peak: kubelets
 pulling (containerd fetches 3 layers of an image at once per node), build pods pushing, `pulumi up`."""
+PER_PEER_CONNECTIONS = 16
+"""Connections (served and waiting) one client address may hold, so one pod or node cannot take every
+thread; beyond it, 503 at once. Above an honest client's peak: a kubelet pulls one image at a time,
+containerd 3 layers of it, a build pushes 3 or 4 blobs at once. Loopback is exempt (`loopback`)."""
+PER_USER_REQUESTS = 32
+"""Requests in flight one authenticated user may have, from any number of addresses; beyond it, 429 at
+once. Half the threads, so one tenant leaves the other half to everyone else, and above one project's
+honest peak (its pull user on ten nodes pulling at once). Loopback is exempt (`loopback`)."""
 QUEUE_SECONDS = 10.0
 LISTEN_BACKLOG = 128
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -254,6 +278,17 @@ def upload_query(query: str) -> tuple[Optional[dict], str]:
     return values, ""
 
 
+def loopback(host: str) -> bool:
+    """Whether a client address is the pod's loopback, exempt from the per-address and per-user shares:
+    the deployer's port-forward tunnel (kubectl port-forward) enters the pod there, no tenant can."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # an IPv4 client of the dual-stack socket
+    return (mapped or address).is_loopback
+
+
 def repository_matches(pattern: str, name: str) -> bool:
     """`*` every repository, `<prefix>/*` every repository below `<prefix>/`, else exactly `name`."""
     if pattern == "*":
@@ -339,7 +374,7 @@ def needs_tag_check(policy: Policy, username: str, method: str, path: str) -> Op
     return None if granted(user, found.name, "overwrite", found.tag) else found
 
 
-def tag_refusal(username: str, found: Route, existing: Optional[str], body: bytes) -> Optional[str]:
+def tag_refusal(username: str, found: Route, existing: Optional[str], body: bytes | bytearray) -> Optional[str]:
     """Why a create-only PUT of `body` under `found.tag` is refused, given the digest the tag has now."""
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     if existing is None or existing == digest:
@@ -398,13 +433,49 @@ def load_policy(data: dict) -> Policy:
 # --- the server ---------------------------------------------------------------------------------
 
 
-class Gate:
-    """What the request handlers share: the policy, the upstream address, the authentication cache
-    and the tag locks."""
+class Shares:
+    """Units (requests, bytes) held at once: at most `each` by one holder (a user), `total` by all."""
 
-    def __init__(self, policy: Policy, upstream: tuple[str, int]):
+    def __init__(self, each: int, total: Optional[int] = None):
+        self.each, self.total = each, total
+        self._lock = threading.Lock()
+        self._held = 0
+        self._by_holder: collections.Counter = collections.Counter()
+
+    def take(self, holder: str, units: int = 1) -> str:
+        """"" when `units` more fit (now held by `holder`), else the share they would pass: "each" or "total"."""
+        with self._lock:
+            if self._by_holder[holder] + units > self.each:
+                return "each"
+            if self.total is not None and self._held + units > self.total:
+                return "total"
+            self._by_holder[holder] += units
+            self._held += units
+            return ""
+
+    def held(self, holder: str) -> int:
+        with self._lock:
+            return self._by_holder[holder]
+
+    def give(self, holder: str, units: int = 1) -> None:
+        with self._lock:
+            self._held -= units
+            self._by_holder[holder] -= units
+            if self._by_holder[holder] <= 0:
+                del self._by_holder[holder]
+
+
+class Gate:
+    """What the request handlers share: the policy, the upstream address, the authentication cache,
+    the tag locks and the users' shares of requests and of manifest bytes."""
+
+    def __init__(self, policy: Policy, upstream: tuple[str, int], per_user_requests: int = PER_USER_REQUESTS,
+                 manifest_buffer_bytes: int = MANIFEST_BUFFER_BYTES,
+                 manifest_buffer_bytes_per_user: int = MANIFEST_BUFFER_BYTES_PER_USER):
         self.policy = policy
         self.upstream = upstream
+        self.requests = Shares(per_user_requests)
+        self.manifest_bytes = Shares(manifest_buffer_bytes_per_user, manifest_buffer_bytes)
         self._verified: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._tag_locks: dict[str, list] = {}  # "<name>:<tag>" -> [lock, users]
@@ -449,38 +520,42 @@ class _TagLock:
 
 class _HeadDeadline(io.RawIOBase):
     """The connection's reads: while `deadline` is set (waiting for a request's head), no read waits
-    past it, however the bytes drip in; otherwise each read waits up to `timeout`."""
+    past it, however the bytes drip in; otherwise each read (of a body) waits up to `timeout`. Writes
+    keep the socket's own timeout, `write_timeout`."""
 
-    def __init__(self, connection: socket.socket, timeout: float):
-        self.connection, self.timeout = connection, timeout
+    def __init__(self, connection: socket.socket, timeout: float, write_timeout: float):
+        self.connection, self.timeout, self.write_timeout = connection, timeout, write_timeout
         self.deadline: Optional[float] = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        if self.deadline is None:
-            self.connection.settimeout(self.timeout)
-        else:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
+        wait = self.timeout
+        if self.deadline is not None:
+            wait = self.deadline - time.monotonic()
+            if wait <= 0:
                 raise TimeoutError("no whole request head within the idle timeout")
-            self.connection.settimeout(min(remaining, self.timeout))
-        return self.connection.recv_into(buffer)
+        self.connection.settimeout(wait)
+        try:
+            return self.connection.recv_into(buffer)
+        finally:
+            self.connection.settimeout(self.write_timeout)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "cloudstation-registry-gate"
-    timeout = SOCKET_TIMEOUT_SECONDS  # per read or write once a request's head is in
+    timeout = SOCKET_TIMEOUT_SECONDS  # per write of an answer
     idle_seconds = IDLE_SECONDS  # for a whole request head (`handle_one_request`)
+    body_idle_seconds = BODY_IDLE_SECONDS  # per read of a body
     disable_nagle_algorithm = True
     gate: Gate  # set on the subclass `serve` makes
 
     def setup(self):
         super().setup()
         self.rfile.close()  # the socket's own reader: replaced by one that keeps the head's deadline
-        self._reader = _HeadDeadline(self.connection, self.timeout)
+        self._reader = _HeadDeadline(self.connection, self.body_idle_seconds, self.timeout)
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self):
@@ -490,9 +565,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def _head_read(self) -> None:
-        """The head is in: the body and the answer get the per-read timeout."""
+        """The head is in: the body gets the per-read timeout, the answer the per-write one."""
         self._reader.deadline = None
-        self.connection.settimeout(self.timeout)
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass  # one JSON line per request instead (`_log`)
@@ -532,6 +606,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _unavailable(self, user: str, message: str) -> None:
         self._answer(502, error_body("UNAVAILABLE", message), close=True)
         self._log(user, 502, message)
+
+    def _busy(self, user: str, status: int, code: str, message: str) -> None:
+        """A share is full: try again shortly (the body, if any, is not read)."""
+        self._answer(status, error_body(code, message), {"Retry-After": "1"}, close=self._has_body())
+        self._log(user, status, message)
 
     def _has_body(self) -> bool:
         return bool(self.headers.get("Transfer-Encoding")) or (self.headers.get("Content-Length") or "0") != "0"
@@ -706,6 +785,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         refused = refusal(self.gate.policy, user, self.command, path, query, self.headers.get("Content-Type") or "")
         if refused is not None:
             return self._denied(user, *refused)
+        shared = not self.server.exempt(self.client_address)
+        if shared and self.gate.requests.take(user):
+            return self._busy(user, 429, "TOOMANYREQUESTS", f"user {user!r} has {self.gate.requests.each} requests "
+                                                            "in flight at the registry's gate, its share; try again")
+        try:
+            self._forward(user, path, target)
+        finally:
+            if shared:
+                self.gate.requests.give(user)
+
+    def _forward(self, user: str, path: str, target: str) -> None:
         headers = self._forward_headers()
         try:
             found = needs_tag_check(self.gate.policy, user, self.command, path)
@@ -726,13 +816,49 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 pass  # the client is gone too
 
     def _create_only(self, user: str, found: Route, target: str, headers: list) -> None:
-        body, _ = self._body()
-        data = bytearray()
-        for piece in body or ():
-            data += piece
-            if len(data) > MAX_MANIFEST_BYTES:
-                return self._denied(user, f"user {user!r}: the manifest for {found.name}:{found.tag} is larger than "
-                                          f"{MAX_MANIFEST_BYTES} bytes", {"user": user, "repository": found.name})
+        # The body is read whole for the check, so its bytes come out of the gate's manifest budget (given
+        # back when the PUT is done): its Content-Length before anything is read, a chunked body as it comes.
+        body, length = self._body()
+        if length is not None and length > MAX_MANIFEST_BYTES:
+            return self._too_large(user, found)
+        reserved = 0
+        try:
+            if length is not None:
+                if not self._reserve(user, length):
+                    return
+                reserved = length
+            data = bytearray()
+            for piece in body or ():
+                if len(data) + len(piece) > MAX_MANIFEST_BYTES:
+                    return self._too_large(user, found)
+                if length is None:
+                    if not self._reserve(user, len(piece)):
+                        return
+                    reserved += len(piece)
+                data += piece
+            self._check_and_put(user, found, target, headers, data)
+        finally:
+            self.gate.manifest_bytes.give(user, reserved)
+
+    def _reserve(self, user: str, size: int) -> bool:
+        """Whether `size` more bytes of manifest bodies fit the budget (now held); if not, answered."""
+        full = self.gate.manifest_bytes.take(user, size)
+        if full == "each":
+            self._busy(user, 429, "TOOMANYREQUESTS", f"user {user!r} has {self.gate.manifest_bytes.each} bytes of "
+                                                     "manifests in the registry's gate, its share; try again")
+        elif full == "total":
+            self._busy(user, 503, "UNAVAILABLE", f"the registry's gate holds {self.gate.manifest_bytes.total} bytes "
+                                                 "of manifests, all it takes at once; try again")
+        return not full
+
+    def _too_large(self, user: str, found: Route) -> None:
+        message = (f"user {user!r}: the manifest for {found.name}:{found.tag} is larger than {MAX_MANIFEST_BYTES} "
+                   "bytes, the registry's limit")
+        self._answer(413, error_body("MANIFEST_INVALID", message, {"user": user, "repository": found.name}),
+                     close=True)
+        self._log(user, 413, message)
+
+    def _check_and_put(self, user: str, found: Route, target: str, headers: list, data: bytearray) -> None:
         with self.gate.tag_lock(f"{found.name}:{found.tag}"):
             existing, status = self._existing_digest(found, headers)
             if status == 401:
@@ -740,11 +866,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if status not in (200, 404):
                 return self._unavailable(user, f"cannot tell whether {found.name}:{found.tag} exists: the registry "
                                                f"answered HEAD with HTTP {status}")
-            why = tag_refusal(user, found, existing, bytes(data))
+            why = tag_refusal(user, found, existing, data)
             if why is not None:
                 return self._denied(user, why, {"user": user, "repository": found.name, "action": "overwrite",
                                                 "tag": found.tag})
-            answer = self._exchange("PUT", target, headers, iter([bytes(data)]), len(data))
+            answer = self._exchange("PUT", target, headers, iter([data]), len(data))
             self._relay(answer, user)
 
     def _health(self) -> None:
@@ -770,35 +896,52 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     """At most `max_connections` connections served at once, one thread each; up to twice as many more
     wait, accepted but without a thread, for `queue_seconds` each; the rest are refused at once
-    (MAX_CONNECTIONS). A thread whose connection ends serves the longest-waiting one next."""
+    (MAX_CONNECTIONS). A thread whose connection ends serves the longest-waiting one next. One client
+    address holds at most `per_peer_connections` of those served and waiting, unless it is loopback."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     max_connections = MAX_CONNECTIONS
     queue_seconds = QUEUE_SECONDS
+    per_peer_connections = PER_PEER_CONNECTIONS
+    exempt_loopback = True
 
     def __init__(self, *args, **kwargs):
         self._limits = threading.Lock()
         self._serving = 0
         self._waiting: collections.deque = collections.deque()  # (request, client_address, until), oldest first
+        self._peers: collections.Counter = collections.Counter()  # client address -> connections served or waiting
         super().__init__(*args, **kwargs)
 
+    def exempt(self, client_address) -> bool:
+        """Whether a client has no shares (PER_PEER_CONNECTIONS, PER_USER_REQUESTS): loopback's."""
+        return self.exempt_loopback and loopback(client_address[0])
+
     def process_request(self, request, client_address):
+        peer = client_address[0]
         with self._limits:
-            serve = self._serving < self.max_connections
-            if serve:
+            if self._peers[peer] >= self.per_peer_connections and not self.exempt(client_address):
+                refused = (f"the registry's gate serves one client address at most {self.per_peer_connections} "
+                           f"connections at once (served and waiting), and {peer} has them; try again")
+            elif self._serving < self.max_connections:
+                refused = ""
                 self._serving += 1
+                self._peers[peer] += 1
             elif len(self._waiting) < 2 * self.max_connections:
                 self._waiting.append((request, client_address, time.monotonic() + self.queue_seconds))
+                self._peers[peer] += 1
                 return
-        if not serve:
-            return self._refuse(request, client_address)
+            else:
+                refused = self._full()
+        if refused:
+            return self._refuse(request, client_address, refused)
         try:
             super().process_request(request, client_address)
         except BaseException:
             with self._limits:
                 self._serving -= 1
+                self._left(client_address)
             raise
 
     def process_request_thread(self, request, client_address):
@@ -807,6 +950,7 @@ class _Server(http.server.ThreadingHTTPServer):
                 super().process_request_thread(request, client_address)
             finally:
                 with self._limits:
+                    self._left(client_address)
                     expired = self._expired()
                     if self._waiting:
                         request, client_address, _ = self._waiting.popleft()
@@ -814,14 +958,14 @@ class _Server(http.server.ThreadingHTTPServer):
                         request = None
                         self._serving -= 1
                 for refused in expired:
-                    self._refuse(*refused)
+                    self._refuse(*refused, self._full())
 
     def service_actions(self):
         # serve_forever's loop, every poll interval (0.5 s): waiting connections past their time are refused.
         with self._limits:
             expired = self._expired()
         for refused in expired:
-            self._refuse(*refused)
+            self._refuse(*refused, self._full())
 
     def server_close(self):
         super().server_close()
@@ -830,19 +974,28 @@ class _Server(http.server.ThreadingHTTPServer):
         for request, _, _ in waiting:
             self.shutdown_request(request)
 
+    def _left(self, client_address) -> None:
+        """A connection of `client_address` ended or stopped waiting (called under `_limits`)."""
+        self._peers[client_address[0]] -= 1
+        if self._peers[client_address[0]] <= 0:
+            del self._peers[client_address[0]]
+
     def _expired(self) -> list:
         """The waiting connections past their time, taken out (called under `_limits`)."""
         expired, now = [], time.monotonic()
         while self._waiting and self._waiting[0][2] <= now:
             request, client_address, _ = self._waiting.popleft()
+            self._left(client_address)
             expired.append((request, client_address))
         return expired
 
-    def _refuse(self, request: socket.socket, client_address) -> None:
+    def _full(self) -> str:
+        return (f"the registry's gate serves {self.max_connections} connections at once and none ended within "
+                f"{self.queue_seconds:g} s; try again")
+
+    def _refuse(self, request: socket.socket, client_address, message: str) -> None:
         """503 with Retry-After, without waiting: what the client sent meanwhile is read first (without
         waiting either), so that closing does not reset the answer away; then the connection is closed."""
-        message = (f"the registry's gate serves {self.max_connections} connections at once and none ended within "
-                   f"{self.queue_seconds:g} s; try again")
         body = error_body("UNAVAILABLE", message)
         head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
                 f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
@@ -868,14 +1021,24 @@ def listen_address(listen: str) -> tuple[str, int]:
 
 
 def serve(policy: Policy, listen: tuple[str, int], upstream: tuple[str, int], max_connections: int = MAX_CONNECTIONS,
-          idle_seconds: float = IDLE_SECONDS, queue_seconds: float = QUEUE_SECONDS) -> http.server.ThreadingHTTPServer:
+          idle_seconds: float = IDLE_SECONDS, queue_seconds: float = QUEUE_SECONDS,
+          per_peer_connections: int = PER_PEER_CONNECTIONS, per_user_requests: int = PER_USER_REQUESTS,
+          body_idle_seconds: float = BODY_IDLE_SECONDS, manifest_buffer_bytes: int = MANIFEST_BUFFER_BYTES,
+          manifest_buffer_bytes_per_user: int = MANIFEST_BUFFER_BYTES_PER_USER) -> http.server.ThreadingHTTPServer:
     """A server (not yet serving) for `policy` at `listen`, forwarding to `upstream`: at most
     `max_connections` at once (one more waits up to `queue_seconds`, then is refused), each closed when
-    a request's head takes longer than `idle_seconds`."""
-    if max_connections < 1 or idle_seconds <= 0 or queue_seconds < 0:
-        raise ValueError("max_connections and idle_seconds must be positive, queue_seconds not negative")
-    handler = type("GateHandler", (Handler,), {"gate": Gate(policy, upstream), "idle_seconds": idle_seconds})
-    limits = {"max_connections": max_connections, "queue_seconds": queue_seconds}
+    a request's head takes longer than `idle_seconds` or a read of its body longer than
+    `body_idle_seconds`; the shares of one client address, of one user and of manifest bodies as named
+    (the module's constants)."""
+    if min(max_connections, per_peer_connections, per_user_requests) < 1 or min(idle_seconds, body_idle_seconds) <= 0 \
+            or queue_seconds < 0 or min(manifest_buffer_bytes, manifest_buffer_bytes_per_user) < 0:
+        raise ValueError("the connection and request limits and the timeouts must be positive, queue_seconds and "
+                         "the manifest budgets not negative")
+    gate = Gate(policy, upstream, per_user_requests, manifest_buffer_bytes, manifest_buffer_bytes_per_user)
+    handler = type("GateHandler", (Handler,), {"gate": gate, "idle_seconds": idle_seconds,
+                                               "body_idle_seconds": body_idle_seconds})
+    limits = {"max_connections": max_connections, "queue_seconds": queue_seconds,
+              "per_peer_connections": per_peer_connections}
     host, port = listen
     if host in ("", "::"):
         # Every address, IPv4 and IPv6 (a dual-stack pod): one IPv6 socket that also takes IPv4,

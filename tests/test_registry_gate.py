@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import requests
@@ -482,21 +483,32 @@ def test_one_kept_alive_connection_carries_a_whole_push(gated):
 
 
 @contextlib.contextmanager
-def gate_with(registry: RegistryServer, **limits):
+def gate_with(registry: RegistryServer, exempt_loopback: bool = True, **limits):
     """A second gate, in this process, in front of `registry`'s distribution, with `limits` (serve's
-    max_connections, idle_seconds, queue_seconds); yields its base URL."""
+    keyword arguments); yields its base URL, its port and the server. The tests' clients are all on loopback: without
+    `exempt_loopback`, the gate gives them the shares it gives any other client address."""
     from tests.registry_server import free_port
 
     port = free_port()
     server = gate.serve(policy(), ("127.0.0.1", port), gate.listen_address(registry.upstream_host), **limits)
+    server.exempt_loopback = exempt_loopback
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{port}", port
+        yield f"http://127.0.0.1:{port}", port, server
     finally:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def until(condition, seconds: float = 5.0) -> None:
+    """Wait for `condition()` of the gate's own state, so that a test does not race the gate's threads."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the gate's state did not come within {seconds} s")
+        time.sleep(0.01)
 
 
 def closed_within(connection, seconds: float) -> float:
@@ -519,7 +531,7 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(gated):
     answer on a kept-alive connection, or drips a request's head byte by byte, must not hold one for
     the per-read timeout (300 s) or for ever; it gets the idle timeout for the whole head."""
     authorization = "Basic " + base64.b64encode(b"%s:%s" % tuple(p.encode() for p in login("build-games"))).decode()
-    with gate_with(gated, idle_seconds=1.0) as (url, port):
+    with gate_with(gated, idle_seconds=1.0) as (url, port, _):
         with socket.create_connection(("127.0.0.1", port)) as silent:
             assert closed_within(silent, 5) < 3
         with socket.create_connection(("127.0.0.1", port)) as kept:
@@ -539,9 +551,9 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(gated):
             assert time.monotonic() - started + closed_within(dripping, 5) < 3
 
 
-def test_a_slow_but_active_upload_outlasts_the_idle_timeout(gated):
+def test_a_slow_but_active_upload_outlasts_the_idle_timeouts(gated):
     """The idle timeout is for the request's head: a body may take as long as it keeps coming (each read
-    has the per-read timeout), pauses longer than the idle timeout included."""
+    has the body's idle timeout), pauses longer than the head's idle timeout included."""
     auth = login("build-games")
     pieces = [bytes([n]) * 4096 for n in range(8)]
     digest = "sha256:" + hashlib.sha256(b"".join(pieces)).hexdigest()
@@ -551,7 +563,8 @@ def test_a_slow_but_active_upload_outlasts_the_idle_timeout(gated):
             time.sleep(1.5 if n == 4 else 0.3)  # 3.6 s in all, one pause of 1.5 s
             yield piece
 
-    with gate_with(gated, idle_seconds=1.0) as (url, _), requests.Session() as session:
+    # Each read of the body may wait body_idle_seconds (2 s here): the whole body takes longer.
+    with gate_with(gated, idle_seconds=1.0, body_idle_seconds=2.0) as (url, _, _), requests.Session() as session:
         session.auth = auth
         started = session.post(f"{url}/v2/games/slow/blobs/uploads/", timeout=10)
         assert started.status_code == 202, started.text
@@ -568,7 +581,7 @@ def test_connections_beyond_the_limit_wait_for_a_free_one_then_are_refused(gated
     connection to end (accepted, no thread), and is then answered 503 with Retry-After and closed;
     beyond twice `max_connections` waiting, a connection is refused at once."""
     auth = login("build-games")
-    with gate_with(gated, max_connections=2, idle_seconds=30.0, queue_seconds=1.0) as (url, port):
+    with gate_with(gated, max_connections=2, idle_seconds=30.0, queue_seconds=1.0) as (url, port, _):
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
         try:
             time.sleep(0.2)  # both accepted, each holding its thread
@@ -600,6 +613,241 @@ def test_connections_beyond_the_limit_wait_for_a_free_one_then_are_refused(gated
         finally:
             for connection in held:
                 connection.close()
+
+
+def basic(user: str) -> str:
+    return "Basic " + base64.b64encode(":".join(login(user)).encode()).decode()
+
+
+def held_request(port: int, method: str, path: str, user: Optional[str], length: int, sent: bytes = b"",
+                 chunked: bool = False) -> socket.socket:
+    """A connection that sent a request's head (announcing `length` bytes of body, or chunked) and
+    `sent` of its body, and stalls there."""
+    connection = socket.create_connection(("127.0.0.1", port))
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}"
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            + (f"Authorization: {basic(user)}\r\n" if user else "")
+            + f"Content-Type: {OCI_MANIFEST}\r\n{framing}\r\n\r\n")
+    connection.sendall(head.encode() + sent)
+    return connection
+
+
+def answer_on(connection: socket.socket, seconds: float = 2.0) -> tuple[int, dict, dict]:
+    """(status, headers, JSON body) of the answer on `connection`, which must come within `seconds`
+    and close the connection."""
+    connection.settimeout(seconds)
+    data = b""
+    try:
+        while chunk := connection.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pytest.fail(f"no whole answer within {seconds} s: {data[:200]!r}")
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+def rss_kib(pid: int) -> int:
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())[1])
+
+
+def test_a_manifest_larger_than_the_registry_takes_is_refused_before_it_is_read(gated):
+    """A create-only manifest PUT announcing more than MAX_MANIFEST_BYTES (distribution's own limit) is
+    answered 413 at once, from its head: the gate reads none of it."""
+    with gate_with(gated) as (url, port, _):
+        connection = held_request(port, "PUT", MANIFEST.format("games/snake", "b" * 32), "build-games",
+                                  gate.MAX_MANIFEST_BYTES + 1)
+        with connection:
+            status, headers, body = answer_on(connection)
+    assert status == 413 and headers["Connection"] == "close"
+    [error] = body["errors"]
+    assert error["code"] == "MANIFEST_INVALID" and f"larger than {gate.MAX_MANIFEST_BYTES} bytes" in error["message"]
+
+
+def test_manifest_bodies_buffered_at_once_are_bounded_per_user_and_in_all(gated):
+    """A create-only manifest PUT is read whole before its check: the gate holds at most
+    `manifest_buffer_bytes` of such bodies at once, one user at most `manifest_buffer_bytes_per_user`.
+    A request reserves its Content-Length before reading (a chunked one as it reads); one the budget
+    cannot take is answered at once, 429 TOOMANYREQUESTS for the user's share, 503 UNAVAILABLE for the
+    gate's, with Retry-After."""
+    mib = 1 << 20
+    held = []
+
+    def park(user: str, tag: str) -> None:
+        # 1 MiB announced, all but its last byte sent: the gate holds it.
+        reserved = server.RequestHandlerClass.gate.manifest_bytes.held(user)
+        held.append(held_request(port, "PUT", MANIFEST.format(user.removeprefix("build-") + "/parked", tag), user,
+                                 mib, b" " * (mib - 1)))
+        until(lambda: server.RequestHandlerClass.gate.manifest_bytes.held(user) == reserved + mib)
+
+    limits = {"manifest_buffer_bytes": 3 * mib, "manifest_buffer_bytes_per_user": 2 * mib}
+    with gate_with(gated, **limits) as (url, port, server):
+        try:
+            park("build-games", "a" * 32), park("build-games", "b" * 32)
+            started = time.monotonic()
+            with held_request(port, "PUT", MANIFEST.format("games/parked", "c" * 32), "build-games", mib) as third:
+                status, headers, body = answer_on(third)
+            assert status == 429 and headers["Retry-After"] and time.monotonic() - started < 1
+            [error] = body["errors"]
+            assert error["code"] == "TOOMANYREQUESTS" and "build-games" in error["message"], error
+            park("build-shop", "a" * 32)  # 3 MiB in all
+            with held_request(port, "PUT", MANIFEST.format("shop/parked", "b" * 32), "build-shop", mib) as full:
+                status, headers, body = answer_on(full)
+            assert status == 503 and headers["Retry-After"] and body["errors"][0]["code"] == "UNAVAILABLE"
+            # Chunked: reserved as it is read, so refused at its first piece.
+            piece = b"{" * 1024
+            with held_request(port, "PUT", MANIFEST.format("platform/parked", "a" * 32), "build-platform", 0,
+                              b"%x\r\n%s\r\n" % (len(piece), piece), chunked=True) as chunked:
+                status, _, body = answer_on(chunked)
+            assert status == 503 and body["errors"][0]["code"] == "UNAVAILABLE"
+            # A parked body gone, its bytes are free again: the next create-only PUT goes through to the check.
+            held.pop(0).close()
+            for _ in range(50):
+                answer = requests.put(f"{url}/v2/games/parked/manifests/{'d' * 32}", data=b"not json",
+                                      headers={"Content-Type": OCI_MANIFEST}, auth=login("build-games"), timeout=5)
+                if answer.status_code != 429:
+                    break
+                time.sleep(0.05)
+            assert answer.status_code == 400 and errors(answer)[0]["code"] == "MANIFEST_INVALID"
+        finally:
+            for connection in held:
+                connection.close()
+
+
+def test_parked_manifest_bodies_cannot_exhaust_the_gates_memory(gated, tmp_path):
+    """The review's attack (issue 20 re-review, dos_memory.py): 40 create-only PUTs of nearly 4 MiB
+    each, stalled before their last byte, took the gate from 26 to 190 MiB (its container's limit is
+    128 MiB). With the defaults, at most MANIFEST_BUFFER_BYTES of them are held; the rest are refused."""
+    from tests.registry_server import free_port
+
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps(access.gate_policy(PROJECTS, DEPLOYER, True)))
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-I", gate.__file__, "--policy", str(policy_file),
+                                "--listen", f"127.0.0.1:{port}", "--upstream", gated.upstream_host],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    held = []
+    try:
+        for _ in range(200):
+            try:
+                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.02)
+        before = rss_kib(process.pid)
+        size = gate.MAX_MANIFEST_BYTES
+        body = b"{" + b" " * (size - 2)
+        for n in range(40):
+            user = ("build-shop", "build-games", "build-platform")[n % 3]
+            path = MANIFEST.format(user.removeprefix("build-") + "/dos", f"t{n}")
+            connection = held_request(port, "PUT", path, user, size)
+            held.append(connection)
+            try:
+                connection.sendall(body)
+            except OSError:
+                pass  # refused at once: the gate closed it
+        time.sleep(1)
+        grown = rss_kib(process.pid) - before
+        assert grown < gate.MANIFEST_BUFFER_BYTES // 1024 + 16 * 1024, f"the gate grew by {grown} KiB"
+    finally:
+        for connection in held:
+            connection.close()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_a_stalled_body_is_cut_after_the_body_idle_timeout(gated):
+    """A request body that stops coming (the review's 64 uploads dripping one byte each) holds its
+    thread for `body_idle_seconds` of silence, not SOCKET_TIMEOUT_SECONDS per read."""
+    assert gate.BODY_IDLE_SECONDS < gate.SOCKET_TIMEOUT_SECONDS
+    with gate_with(gated, body_idle_seconds=1.0) as (url, port, _):
+        started = requests.post(f"{url}/v2/games/stalled/blobs/uploads/", auth=login("build-games"), timeout=10)
+        assert started.status_code == 202, started.text
+        path = started.headers["Location"].split(str(port), 1)[1]
+        with held_request(port, "PATCH", path, "build-games", 100_000, b"x") as stalled:
+            assert closed_within(stalled, 5) < 3
+
+
+def test_one_client_address_holds_at_most_its_share_of_connections(gated):
+    """A peer address holds at most `per_peer_connections` of the connections served and waiting;
+    one more is answered 503 at once, naming the share (the review's 64 half-sent heads without
+    credentials, from one address, no longer take every thread). Loopback, where the deployer's
+    port-forward arrives, is exempt."""
+    auth = login("build-games")
+    limits = {"max_connections": 1, "per_peer_connections": 2, "queue_seconds": 5.0}
+    with gate_with(gated, exempt_loopback=False, **limits) as (url, port, server):
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # one served, one waiting
+        try:
+            for connection in held:
+                connection.sendall(b"GET /v2/ HTTP/1.1\r\n")
+            until(lambda: server._peers["127.0.0.1"] == 2)
+            started = time.monotonic()
+            refused = requests.get(f"{url}/v2/", auth=auth, timeout=10)
+            assert refused.status_code == 503 and time.monotonic() - started < 1
+            assert refused.headers["Retry-After"]
+            [error] = errors(refused)
+            assert error["code"] == "UNAVAILABLE" and "2 connections" in error["message"]
+            assert "client address" in error["message"], error
+        finally:
+            for connection in held:
+                connection.close()
+        # Both gone: the address has its share again.
+        for _ in range(50):
+            answer = requests.get(f"{url}/v2/", auth=auth, timeout=10)
+            if answer.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert answer.status_code == 200
+    with gate_with(gated, **limits) as (url, port, server):  # loopback exempt: the third one waits its turn
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        try:
+            until(lambda: server._peers["127.0.0.1"] == 2)
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(requests.get, f"{url}/v2/", auth=auth, timeout=10)
+                time.sleep(0.3)
+                assert not waiting.done()
+                for connection in held:
+                    connection.close()
+                assert waiting.result().status_code == 200
+        finally:
+            for connection in held:
+                connection.close()
+
+
+@pytest.mark.parametrize("address, exempt", [
+    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("10.42.0.7", False), ("::ffff:10.42.0.7", False), ("fd00::2", False), ("not an address", False),
+])
+def test_only_loopback_is_exempt_from_the_shares(address, exempt):
+    assert gate.loopback(address) is exempt
+
+
+def test_one_user_holds_at_most_its_share_of_requests_in_flight(gated):
+    """After authentication a user has at most `per_user_requests` requests in flight, from any number
+    of addresses; one more is answered 429 TOOMANYREQUESTS with Retry-After. Other users are served."""
+    with gate_with(gated, per_user_requests=2, exempt_loopback=False) as (url, port, server):
+        started = requests.post(f"{url}/v2/games/share/blobs/uploads/", auth=login("build-games"), timeout=10)
+        assert started.status_code == 202, started.text
+        path = started.headers["Location"].split(str(port), 1)[1]
+        held = [held_request(port, "PATCH", path, "build-games", 100_000, b"x") for _ in range(2)]
+        try:
+            until(lambda: server.RequestHandlerClass.gate.requests.held("build-games") == 2)
+            refused = requests.get(f"{url}/v2/", auth=login("build-games"), timeout=10)
+            assert refused.status_code == 429 and refused.headers["Retry-After"]
+            [error] = errors(refused)
+            assert error["code"] == "TOOMANYREQUESTS" and "'build-games'" in error["message"]
+            assert "2 requests" in error["message"], error
+            assert requests.get(f"{url}/v2/", auth=login("build-shop"), timeout=10).status_code == 200
+        finally:
+            for connection in held:
+                connection.close()
+        for _ in range(50):
+            answer = requests.get(f"{url}/v2/", auth=login("build-games"), timeout=10)
+            if answer.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert answer.status_code == 200
 
 
 def test_the_gates_limits_are_its_options():
