@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,10 +40,16 @@ from e2e.platform import Platform, read_tools  # noqa: E402
 def timed(platform: Platform, *args: str) -> dict:
     """One command in the copy, its wall time and the CPU of its whole process tree (wait4)."""
     started = time.monotonic()
+    # Its own process group: a stop by signal (main) ends the command with every plugin it started.
     process = subprocess.Popen(list(args), cwd=platform.repo, env=platform.env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     seconds = time.monotonic() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{output.decode(errors='replace')[-3000:]}")
@@ -72,6 +79,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     tools = read_tools(args.tools)
+    # A stop by signal (a CI timeout, kill) ends like Ctrl-C: the `finally` below stops the cluster.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, lambda number, _frame: sys.exit(128 + number))
     print("median of --repeat; wall s / CPU s of the whole pulumi process tree; program: its CPU s under mocks")
     print(f"{'item':>7} {'res':>5} {'preview':>15} {'no-change up':>15} {'program':>8} {'first up':>9}")
     for item in args.items.split(","):

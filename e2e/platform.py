@@ -86,15 +86,18 @@ class Platform:
         copy_tree(ROOT, self.repo)
         for directory in ("state", "tmp"):
             (self.work / directory).mkdir(exist_ok=True)
+        # Each part is known to `stop` before it starts: a stop while it starts (a signal) stops it too.
         self.cluster = Cluster(self.work / "cluster", self.tools[self.kubernetes], self.tools["etcd"],
-                               self.tools["kwok"]).start()
+                               self.tools["kwok"])
+        self.cluster.start()
         # kubeadm's kube-proxy settings (iptables mode), which preflight reads to know nodes can pull
         # from localhost:<nodePort>; kwok has no kube-proxy of its own.
         self.cluster.apply({"apiVersion": "v1", "kind": "ConfigMap",
                             "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
                             "data": {"config.conf": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
                                                     "kind: KubeProxyConfiguration\nmode: iptables\n"}})
-        self.registry = RegistryStandIn(self.cluster, self.tools["registry"], self.work / "registry").start()
+        self.registry = RegistryStandIn(self.cluster, self.tools["registry"], self.work / "registry")
+        self.registry.start()
         config = self.config("test")
         armada_namespace = config.platform.armada.namespace
         self.armada = ClusterArmada(self.cluster, armada_namespace).__enter__()
