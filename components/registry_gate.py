@@ -44,7 +44,7 @@ What it does with each request, in this order:
    client address holds at most PER_PEER_CONNECTIONS of the connections served and waiting (503), one
    user at most PER_USER_REQUESTS requests in flight (429 TOOMANYREQUESTS); loopback, where the
    deployer's port-forward arrives, has neither share. A request's whole head must arrive within
-   IDLE_SECONDS of the connection's opening or the previous answer; then each read of its body may wait
+   IDLE_SECONDS of the connection's opening or the previous answer, in at most MAX_HEAD_BYTES; then each read of its body may wait
    BODY_IDLE_SECONDS (a stalled body is cut, a slow but active upload keeps going) and each write of the
    answer SOCKET_TIMEOUT_SECONDS. Manifest bodies read whole (item 5) hold at most MANIFEST_BUFFER_BYTES
    of memory at once (503), one user's MANIFEST_BUFFER_BYTES_PER_USER (429).
@@ -124,6 +124,10 @@ AUTH_CACHE_SECONDS = 60.0
 AUTH_CACHE_ENTRIES = 1024
 SOCKET_TIMEOUT_SECONDS = 300.0
 """How long one write of an answer to the client may wait, and one exchange with the registry behind."""
+MAX_HEAD_BYTES = 64 << 10
+"""A request's line and headers together. http.server alone takes 100 header lines of 64 KiB, a ~6 MiB head
+that costs 25-47 MiB to parse (six at once passed the container's 128 MiB, no credential needed); a registry
+client's head is a few KiB (its largest part a token or Basic credential)."""
 BODY_IDLE_SECONDS = 30.0
 """Once a request's head is in: how long one read of its body may wait. A body that stops coming (a
 client dripping a byte now and then to hold a thread) is cut after this much silence; a slow but active
@@ -518,14 +522,20 @@ class _TagLock:
                 self.gate._tag_locks.pop(self.key, None)
 
 
+class HeadTooLarge(ConnectionError):
+    """A request head passed MAX_HEAD_BYTES: its connection is closed (BaseHTTPRequestHandler ends it)."""
+
+
 class _HeadDeadline(io.RawIOBase):
     """The connection's reads: while `deadline` is set (waiting for a request's head), no read waits
-    past it, however the bytes drip in; otherwise each read (of a body) waits up to `timeout`. Writes
-    keep the socket's own timeout, `write_timeout`."""
+    past it, however the bytes drip in, and the head's reads stop at `max_head_bytes`; otherwise each
+    read (of a body) waits up to `timeout`. Writes keep the socket's own timeout, `write_timeout`."""
 
-    def __init__(self, connection: socket.socket, timeout: float, write_timeout: float):
+    def __init__(self, connection: socket.socket, timeout: float, write_timeout: float, max_head_bytes: int):
         self.connection, self.timeout, self.write_timeout = connection, timeout, write_timeout
+        self.max_head_bytes = max_head_bytes
         self.deadline: Optional[float] = None
+        self.head_bytes = 0
 
     def readable(self) -> bool:
         return True
@@ -536,11 +546,16 @@ class _HeadDeadline(io.RawIOBase):
             wait = self.deadline - time.monotonic()
             if wait <= 0:
                 raise TimeoutError("no whole request head within the idle timeout")
+            if self.head_bytes >= self.max_head_bytes:
+                raise HeadTooLarge(f"a request head of more than {self.max_head_bytes} bytes")
         self.connection.settimeout(wait)
         try:
-            return self.connection.recv_into(buffer)
+            read = self.connection.recv_into(buffer)
         finally:
             self.connection.settimeout(self.write_timeout)
+        if self.deadline is not None:
+            self.head_bytes += read
+        return read
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -549,20 +564,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
     timeout = SOCKET_TIMEOUT_SECONDS  # per write of an answer
     idle_seconds = IDLE_SECONDS  # for a whole request head (`handle_one_request`)
     body_idle_seconds = BODY_IDLE_SECONDS  # per read of a body
+    max_head_bytes = MAX_HEAD_BYTES
     disable_nagle_algorithm = True
     gate: Gate  # set on the subclass `serve` makes
 
     def setup(self):
         super().setup()
         self.rfile.close()  # the socket's own reader: replaced by one that keeps the head's deadline
-        self._reader = _HeadDeadline(self.connection, self.body_idle_seconds, self.timeout)
+        self._reader = _HeadDeadline(self.connection, self.body_idle_seconds, self.timeout, self.max_head_bytes)
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self):
         # From the connection's opening or the previous answer's end: the whole head within idle_seconds
         # (BaseHTTPRequestHandler closes the connection on the TimeoutError, answering nothing).
         self._reader.deadline = time.monotonic() + self.idle_seconds
-        super().handle_one_request()
+        self._reader.head_bytes = 0
+        try:
+            super().handle_one_request()
+        except HeadTooLarge as error:
+            # Closed without an answer: the client is still sending the head (an answer would be reset away).
+            self.close_connection = True
+            entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "client": str(self.client_address[0]),
+                     "status": 431, "refused": str(error)}
+            print(json.dumps(entry, sort_keys=True), file=sys.stderr, flush=True)
 
     def _head_read(self) -> None:
         """The head is in: the body gets the per-read timeout, the answer the per-write one."""

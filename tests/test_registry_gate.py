@@ -959,3 +959,20 @@ def test_an_answer_that_breaks_off_upstream_is_cut_off_not_patched_with_an_error
         listener.close()
         log.close()
     assert "the answer broke off" in (tmp_path / "gate.log").read_text()
+
+
+def test_a_request_head_larger_than_any_registry_client_sends_is_cut(gated):
+    """http.server takes 100 header lines of 64 KiB each: a ~6 MiB head, which cost the gate 25-47 MiB
+    to parse (six at once passed its 128 MiB limit, no credential needed; the second hostile review).
+    The gate closes a connection whose head passes MAX_HEAD_BYTES as soon as it does, not at the idle
+    timeout (30 s: without the limit it waits there for the rest of the head), and a head within it
+    is still served."""
+    assert 16 << 10 <= gate.MAX_HEAD_BYTES <= 256 << 10
+    with gate_with(gated) as (url, port, _):
+        with socket.create_connection(("127.0.0.1", port)) as connection:
+            connection.sendall(b"GET /v2/ HTTP/1.1\r\nHost: registry\r\n")
+            padding = b"X-Padding: " + b"p" * 50_000 + b"\r\n"
+            connection.sendall(padding * (2 * gate.MAX_HEAD_BYTES // len(padding) + 1))  # no end of the head
+            assert closed_within(connection, 5) < 2
+        honest = requests.get(f"{url}/v2/", auth=login("build-games"), headers={"X-Padding": "p" * 4000}, timeout=10)
+        assert honest.status_code == 200, honest.text
