@@ -502,6 +502,26 @@ def gate_with(registry: RegistryServer, exempt_loopback: bool = True, **limits):
         thread.join(10)
 
 
+def gate_process(tmp_path, upstream: str, output=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
+    """The gate's command line as its container runs it (`python -I`, the example's policy) in front of
+    `upstream`, once it answers /healthz; its log (stdout and stderr) to `output`. Yields the process and port."""
+    from tests.registry_server import free_port
+
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps(access.gate_policy(PROJECTS, DEPLOYER, True)))
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-I", gate.__file__, "--policy", str(policy_file),
+                                "--listen", f"127.0.0.1:{port}", "--upstream", upstream],
+                               stdout=output, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        try:
+            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.02)
+    return process, port
+
+
 def until(condition, seconds: float = 5.0) -> None:
     """Wait for `condition()` of the gate's own state, so that a test does not race the gate's threads."""
     deadline = time.monotonic() + seconds
@@ -719,22 +739,9 @@ def test_parked_manifest_bodies_cannot_exhaust_the_gates_memory(gated, tmp_path)
     """The review's attack (issue 20 re-review, dos_memory.py): 40 create-only PUTs of nearly 4 MiB
     each, stalled before their last byte, took the gate from 26 to 190 MiB (its container's limit is
     128 MiB). With the defaults, at most MANIFEST_BUFFER_BYTES of them are held; the rest are refused."""
-    from tests.registry_server import free_port
-
-    policy_file = tmp_path / "policy.json"
-    policy_file.write_text(json.dumps(access.gate_policy(PROJECTS, DEPLOYER, True)))
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-I", gate.__file__, "--policy", str(policy_file),
-                                "--listen", f"127.0.0.1:{port}", "--upstream", gated.upstream_host],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process, port = gate_process(tmp_path, gated.upstream_host)
     held = []
     try:
-        for _ in range(200):
-            try:
-                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except requests.ConnectionError:
-                time.sleep(0.02)
         before = rss_kib(process.pid)
         size = gate.MAX_MANIFEST_BYTES
         body = b"{" + b" " * (size - 2)
@@ -928,24 +935,9 @@ def test_an_answer_that_breaks_off_upstream_is_cut_off_not_patched_with_an_error
                     connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
 
     threading.Thread(target=serve, daemon=True).start()
-    policy_file = tmp_path / "policy.json"
-    policy_file.write_text(json.dumps(access.gate_policy(PROJECTS, DEPLOYER, True)))
-    from tests.registry_server import free_port
-
-    port = free_port()
     log = open(tmp_path / "gate.log", "wb")
-    process = subprocess.Popen([sys.executable, "-I", gate.__file__, "--policy", str(policy_file),
-                                "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{listener.getsockname()[1]}"],
-                               stdout=log, stderr=subprocess.STDOUT)
+    process, port = gate_process(tmp_path, f"127.0.0.1:{listener.getsockname()[1]}", log)
     try:
-        for _ in range(200):
-            try:
-                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except requests.ConnectionError:
-                import time
-
-                time.sleep(0.02)
         received = b""
         with pytest.raises(requests.exceptions.ChunkedEncodingError):
             with requests.get(f"http://127.0.0.1:{port}/v2/games/snake/blobs/sha256:{'a' * 64}",
