@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from cloudstation_tools import promote, render, stack_file as stack_file_edits
 from cloudstation_tools.check.findings import ERROR, Finding, from_problem
-from infra import cluster_sharing, config as stack_config, image_pins, stack_images, stack_yaml, versions
+from infra import cluster_sharing, config as stack_config, image_pins, stack_yaml, versions
 from infra.config import ConfigError, Environment
 from infra.image_refs import entity_repository
 
@@ -94,8 +94,7 @@ def opted_out(values: render.StackFile) -> render.StackFile:
     platform = json.loads(values.values.get("cloudstation:platform") or "{}")
     images = platform.setdefault("images", {})
     listed = list(images.get("allowUnpinned") or [])
-    listed += [name for name in versions.TAGS if name not in listed and stack_images.runs_by_tag(
-        stack_images.StackImage(name, versions.IMAGES[name], ""))]
+    listed += [name for name in versions.missing_digests() if name not in listed]
     images["allowUnpinned"] = listed
     return render.StackFile({**values.values, "cloudstation:platform": json.dumps(platform)}, values.secret_keys)
 
