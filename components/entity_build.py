@@ -331,7 +331,8 @@ class EntityBuildProvider(ProjectProvider):
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         repository, tag = props["repository"], props["contentTag"]
-        digest = _registry(props).manifest_digest(repository, tag)
+        with _registry(props) as registry:
+            digest = registry.manifest_digest(repository, tag)
         if digest is None:
             log(f"{repository}:{tag} is no longer in the registry; the next `pulumi up` builds it again", "warn")
             return dynamic.ReadResult(id_="", outs={})
@@ -353,21 +354,23 @@ class EntityBuildProvider(ProjectProvider):
             raise BuildFailed("; ".join(f"{key} {reason}" for key, reason in failures))
         repository, tag = props["repository"], props["contentTag"]
         image = f"{repository}:{tag}"
-        registry = _registry(props)
-        digest = registry.manifest_digest(repository, tag)
-        job_id = ""
-        if digest is not None:
-            refused = moved_problem(props, digest, recorded) or (None if recorded else foreign_problem(props, digest))
-            if refused:
-                raise BuildFailed(refused)
-            log(f"{image}: already in the registry ({digest}), nothing to build")
-        else:
-            self._upload_context(props, registry)
-            job_id = self._run_job(props, registry)
+        # Closed when done: one provider process serves every build of a `pulumi up`, and each kept-alive
+        # tunnelled connection holds file descriptors (select() in the port-forward relay fails past 1023).
+        with _registry(props) as registry:
             digest = registry.manifest_digest(repository, tag)
-            if digest is None:
-                raise BuildFailed(f"{image}: Armada job {job_id} succeeded but the registry at {props['registryUrl']} "
-                                  f"has no tag {tag} in {repository}: did the job push to {props.get('pushRef')}?")
+            job_id = ""
+            if digest is not None:
+                refused = moved_problem(props, digest, recorded) or (None if recorded else foreign_problem(props, digest))
+                if refused:
+                    raise BuildFailed(refused)
+                log(f"{image}: already in the registry ({digest}), nothing to build")
+            else:
+                self._upload_context(props, registry)
+                job_id = self._run_job(props, registry)
+                digest = registry.manifest_digest(repository, tag)
+                if digest is None:
+                    raise BuildFailed(f"{image}: Armada job {job_id} succeeded but the registry at {props['registryUrl']} "
+                                      f"has no tag {tag} in {repository}: did the job push to {props.get('pushRef')}?")
         return {**props, "digest": digest, "ref": image_ref(props["pullHost"], repository, tag, digest), "jobId": job_id}
 
     def _upload_context(self, props: dict, registry) -> None:

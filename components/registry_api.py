@@ -279,6 +279,15 @@ class _Connections:
         with self.lock:
             self.idle.setdefault(origin, []).append(connection)
 
+    def close(self) -> None:
+        """Close the kept-alive connections (a tunnelled one holds a port-forward: a WebSocket, a socket
+        pair and a relay thread, which nothing else ends)."""
+        with self.lock:
+            idle, self.idle = self.idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
 
 class _DialedConnection(http.client.HTTPConnection):
     """An HTTP connection whose socket comes from `dial(timeout)` (a tunnel), not from TCP to
@@ -325,6 +334,16 @@ class DistributionRegistry:
         self._tokens: dict[str, str] = {}  # repository -> Authorization for Bearer registries
         self._lock = threading.Lock()
         self._repository_locks: dict[str, threading.Lock] = {}
+
+    def close(self) -> None:
+        """End the connections kept alive for the next request (`with` does it on leaving)."""
+        self.connections.close()
+
+    def __enter__(self) -> "DistributionRegistry":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
 
     # --- authorization ------------------------------------------------------------------------
 

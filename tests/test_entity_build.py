@@ -738,3 +738,28 @@ def test_the_pod_specs_numbers_reach_armada_as_integers(registry, tmp_path, logg
         (item,) = sent(armada, "/v1/job/submit")[0]["jobRequestItems"]
     assert item["priority"] == 1 and type(item["priority"]) is int
     assert item["podSpec"]["activeDeadlineSeconds"] == 1800 and type(item["podSpec"]["activeDeadlineSeconds"]) is int
+
+
+def test_each_operation_closes_the_registry_connections_it_kept_alive(registry, tmp_path, logged, monkeypatch):
+    """One dynamic-provider process serves every build of a `pulumi up`: a connection kept alive after
+    an operation is never used again, and through the registry tunnel it holds a port-forward's
+    sockets and relay thread. At 500 entities (bench/real_engine.py, the real engine) the process
+    passed 1023 descriptors and the relay's select() failed: 7 builds errored."""
+    from components import registry_api
+
+    opened = []
+
+    def for_url(*args, **kwargs):
+        opened.append(real(*args, **kwargs))
+        return opened[-1]
+
+    real = registry_api.for_url
+    monkeypatch.setattr(registry_api, "for_url", for_url)
+    context = make_context(tmp_path / "cart")
+    with armada_with() as armada:
+        props = props_for(context, registry.url, basic(registry), armada.url)
+        push_image(registry, tmp_path, "shop/cart", props["contentTag"])
+        outs = EntityBuildProvider().create(props).outs
+        EntityBuildProvider().read(outs["contentTag"], outs)
+    assert len(opened) == 2
+    assert all(client.connections.idle == {} for client in opened), [client.connections.idle for client in opened]
