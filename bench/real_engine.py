@@ -44,7 +44,9 @@ def timed(platform: Platform, *args: str) -> dict:
     process = subprocess.Popen(list(args), cwd=platform.repo, env=platform.env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        output = process.stdout.read()
+        # Read piece by piece in Python: a stop signal's handler runs between pieces (one read() to the
+        # end would keep it waiting until the command ends).
+        output = b"".join(iter(lambda: process.stdout.read1(65536), b""))
         _, status, usage = os.wait4(process.pid, 0)
     except BaseException:
         os.killpg(process.pid, signal.SIGKILL)
